@@ -1,0 +1,75 @@
+"""The one exception tree of gitray. No I/O.
+
+::
+
+    GitrayError                 base; ``str(e)`` is one line a user can act on
+    ├── UserError               bad input from the user: never retried, exit code 1
+    │   ├── ConfigError         gitray.yaml / flags / env
+    │   ├── SourceError         repository or revision cannot be read
+    │   ├── ValidationError     a revision has invalid manifests (carries every diagnostic)
+    │   └── StalePlanError      a saved plan no longer matches Git or the cluster
+    ├── TerminalError           a step failed for good (timeout, Serve DEPLOY_FAILED, ...)
+    └── TransientError          worth retrying with backoff (API hiccup, conflict, network)
+        └── LeaseLostError      this process no longer holds the Lease; stop mutating
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gitray.model import Diagnostic
+
+__all__ = [
+    "ConfigError",
+    "GitrayError",
+    "LeaseLostError",
+    "SourceError",
+    "StalePlanError",
+    "TerminalError",
+    "TransientError",
+    "UserError",
+    "ValidationError",
+]
+
+
+class GitrayError(Exception):
+    """Base of every error gitray raises on purpose."""
+
+
+class UserError(GitrayError):
+    """The user's input is wrong; retrying will not help."""
+
+
+class ConfigError(UserError):
+    """gitray.yaml, a flag or an environment variable is invalid."""
+
+
+class SourceError(UserError):
+    """The repository, revision or a file in it cannot be read."""
+
+
+class ValidationError(UserError):
+    """A revision holds invalid manifests. All-or-nothing: nothing from it is applied."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+        self.diagnostics = tuple(diagnostics)
+        n = len(self.diagnostics)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''} found; nothing was applied")
+
+
+class StalePlanError(UserError):
+    """A saved plan was computed against a revision or live objects that have changed."""
+
+
+class TerminalError(GitrayError):
+    """A step failed and will not succeed by retrying it (the plan fails with this reason)."""
+
+
+class TransientError(GitrayError):
+    """A temporary failure (API server, network, conflict); retry with backoff."""
+
+
+class LeaseLostError(TransientError):
+    """The Lease is no longer held by this process (or is about to expire): stop mutating."""

@@ -1,0 +1,199 @@
+"""The Kubernetes objects gitray creates, built from desired workloads. Pure, no I/O.
+
+Every object carries ``app.kubernetes.io/managed-by: gitray``, the instance label, a
+``gitray.io/workload`` label and the owning workload's key as an annotation. RayService
+clusters never get KubeRay's ``ray.io/originated-from-*`` labels: a KubeRay RayService of the
+same name would garbage-collect them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from gitray.model import (
+    ANN_CLUSTER_HASH,
+    ANN_DELETE_AFTER,
+    ANN_FAILED,
+    ANN_SERVE_CONFIG_HASH,
+    ANN_SPEC_HASH,
+    ANN_WAVE,
+    ANN_WORKLOAD_KEY,
+    API_VERSION_RAY,
+    JSON,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    LABEL_SERVE,
+    LABEL_WORKLOAD,
+    MANAGED_BY,
+    Kind,
+    ObjectKey,
+    Role,
+    Workload,
+    stable_hash,
+    workload_label,
+)
+from gitray.plans.names import (
+    cluster_hash,
+    cluster_spec_hash,
+    head_service_name,
+    job_run_name,
+    object_spec_hash,
+    serve_service_name,
+    service_cluster_name,
+)
+
+__all__ = [
+    "DEFAULT_HEAD_PORTS",
+    "cluster_manifest",
+    "head_ports",
+    "job_manifest",
+    "managed_labels",
+    "object_manifest",
+    "service_cluster_manifest",
+    "service_manifest",
+    "service_selector",
+]
+
+# KubeRay's default head ports by name (REFERENCE.md); a manifest's named ports win.
+DEFAULT_HEAD_PORTS: dict[str, int] = {
+    "gcs-server": 6379,
+    "dashboard": 8265,
+    "client": 10001,
+    "serve": 8000,
+}
+
+
+# Annotations only gitray writes; a manifest from Git cannot set them.
+_OWN_ANNOTATIONS = frozenset({ANN_WORKLOAD_KEY, ANN_SPEC_HASH, ANN_CLUSTER_HASH,
+                              ANN_SERVE_CONFIG_HASH, ANN_DELETE_AFTER, ANN_FAILED})
+
+
+def managed_labels(key: ObjectKey, instance: str, role: Role) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_INSTANCE: instance,
+        LABEL_WORKLOAD: workload_label(key),
+        LABEL_ROLE: role.value,
+    }
+
+
+def _metadata(
+    source: Mapping[str, JSON],
+    name: str,
+    key: ObjectKey,
+    instance: str,
+    role: Role,
+    annotations: Mapping[str, str],
+) -> dict[str, Any]:
+    meta = source.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    labels.update(managed_labels(key, instance, role))
+    merged = {k: v for k, v in (meta.get("annotations") or {}).items()
+              if k not in _OWN_ANNOTATIONS}
+    merged[ANN_WORKLOAD_KEY] = str(key)
+    merged.update(annotations)
+    return {"name": name, "namespace": key.namespace, "labels": labels, "annotations": merged}
+
+
+def _wave_only(workload: Workload) -> dict[str, Any]:
+    """Generated objects keep only the wave of the workload's annotations (for pruning order)."""
+    annotations = (workload.manifest.get("metadata") or {}).get("annotations") or {}
+    wave = annotations.get(ANN_WAVE)
+    return {"metadata": {"annotations": {ANN_WAVE: wave}}} if wave is not None else {}
+
+
+def cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
+    """A standalone RayCluster as gitray applies it."""
+    spec = copy.deepcopy(dict(workload.spec))
+    return {
+        "apiVersion": API_VERSION_RAY,
+        "kind": Kind.RAY_CLUSTER.value,
+        "metadata": _metadata(
+            workload.manifest, workload.key.name, workload.key, instance, Role.CLUSTER,
+            {ANN_SPEC_HASH: cluster_spec_hash(spec)},
+        ),
+        "spec": spec,
+    }
+
+
+def service_cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
+    """The RayCluster ``<service>-<hash>`` materialising a RayService's rayClusterConfig."""
+    config = copy.deepcopy(dict(workload.spec.get("rayClusterConfig") or {}))
+    name = service_cluster_name(workload.key.name, config)
+    meta = _metadata(
+        _wave_only(workload), name, workload.key, instance, Role.SERVICE_CLUSTER,
+        {ANN_CLUSTER_HASH: cluster_hash(config), ANN_SPEC_HASH: cluster_spec_hash(config)},
+    )
+    return {"apiVersion": API_VERSION_RAY, "kind": Kind.RAY_CLUSTER.value, "metadata": meta,
+            "spec": config}
+
+
+def head_ports(cluster_spec: Mapping[str, JSON]) -> dict[str, int]:
+    """Named container ports of the head's first container, over KubeRay's defaults."""
+    ports = dict(DEFAULT_HEAD_PORTS)
+    head = cluster_spec.get("headGroupSpec") or {}
+    containers = ((head.get("template") or {}).get("spec") or {}).get("containers") or []
+    if containers and isinstance(containers[0], dict):
+        for port in containers[0].get("ports") or []:
+            if isinstance(port, dict) and port.get("name") and port.get("containerPort"):
+                ports[str(port["name"])] = int(port["containerPort"])
+    return ports
+
+
+def service_selector(role: Role, cluster: str) -> dict[str, str]:
+    if role is Role.HEAD_SERVICE:
+        return {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
+    # Serve gating: only pods whose Serve proxy gitray found healthy carry this label.
+    return {"ray.io/cluster": cluster, LABEL_SERVE: "true"}
+
+
+def service_manifest(
+    workload: Workload, role: Role, cluster: str, instance: str
+) -> dict[str, Any]:
+    """``<service>-head-svc`` or ``<service>-serve-svc`` pointing at ``cluster``."""
+    ports = head_ports(workload.spec.get("rayClusterConfig") or {})
+    if role is Role.HEAD_SERVICE:
+        name = head_service_name(workload.key.name)
+        wanted = [(n, p) for n, p in sorted(ports.items())]
+    else:
+        name = serve_service_name(workload.key.name)
+        wanted = [("serve", ports["serve"])]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(_wave_only(workload), name, workload.key, instance, role, {}),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": service_selector(role, cluster),
+            "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
+                      for n, p in wanted],
+        },
+    }
+
+
+def job_manifest(workload: Workload, instance: str) -> dict[str, Any]:
+    """One run of a RayJob, named after its spec: a changed spec is a new run."""
+    spec = copy.deepcopy(dict(workload.spec))
+    name = job_run_name(workload.key.name, spec)
+    return {
+        "apiVersion": API_VERSION_RAY,
+        "kind": Kind.RAY_JOB.value,
+        "metadata": _metadata(workload.manifest, name, workload.key, instance, Role.JOB,
+                              {ANN_SPEC_HASH: stable_hash(spec)}),
+        "spec": spec,
+    }
+
+
+def object_manifest(workload: Workload, instance: str) -> dict[str, Any]:
+    """A supporting object (ConfigMap, ...) as gitray applies it."""
+    body = copy.deepcopy(dict(workload.manifest))
+    body.pop("status", None)
+    body["metadata"] = _metadata(
+        workload.manifest, workload.key.name, workload.key, instance, Role.OBJECT,
+        {ANN_SPEC_HASH: object_spec_hash(workload.manifest)},
+    )
+    return body
+

@@ -1,0 +1,55 @@
+"""The live state a cluster would have if it exactly matched a set of workloads. Pure.
+
+Used for ``gitray plan --against REV`` (offline PR previews) and by tests to build live
+states: RayServices get their cluster and both Services with Serve RUNNING; RayJob runs are
+finished; everything else is as applied. resourceVersions are empty: nothing here is real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gitray.config import Config
+from gitray.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
+from gitray.plans.manifests import (
+    cluster_manifest,
+    job_manifest,
+    object_manifest,
+    service_cluster_manifest,
+    service_manifest,
+)
+from gitray.plans.names import parse_serve_config, serve_config_hash
+
+__all__ = ["as_live", "materialize"]
+
+
+def as_live(manifest: Mapping[str, Any], status: Mapping[str, Any] | None = None,
+            resource_version: str = "") -> LiveObject:
+    body = dict(manifest)
+    if status is not None:
+        body["status"] = dict(status)
+    meta = body["metadata"]
+    return LiveObject(body["kind"], meta["namespace"], meta["name"], resource_version, body)
+
+
+def materialize(workloads: Sequence[Workload], config: Config) -> LiveState:
+    objects: list[LiveObject] = []
+    for w in workloads:
+        if w.key.kind == Kind.RAY_SERVICE:
+            cluster = service_cluster_manifest(w, config.instance)
+            serve = parse_serve_config(str(w.spec.get("serveConfigV2") or ""))
+            cluster["metadata"]["annotations"][ANN_SERVE_CONFIG_HASH] = serve_config_hash(serve)
+            name = cluster["metadata"]["name"]
+            objects.append(as_live(cluster, {"state": "ready"}))
+            for role in (Role.HEAD_SERVICE, Role.SERVE_SERVICE):
+                objects.append(as_live(service_manifest(w, role, name, config.instance)))
+        elif w.key.kind == Kind.RAY_CLUSTER:
+            objects.append(as_live(cluster_manifest(w, config.instance), {"state": "ready"}))
+        elif w.key.kind == Kind.RAY_JOB:
+            objects.append(as_live(job_manifest(w, config.instance),
+                                   {"jobDeploymentStatus": "Complete",
+                                    "jobStatus": "SUCCEEDED"}))
+        else:
+            objects.append(as_live(object_manifest(w, config.instance)))
+    return LiveState(tuple(objects))

@@ -1,0 +1,246 @@
+"""Plan, WorkloadPlan and Step: a plan as data, with its JSON codec. Pure, no I/O.
+
+The JSON form is the public contract in ``schemas/plan.schema.json`` (``formatVersion`` 1).
+Fields documented as *display-only* (``reason``, ``notes``, ``changes``) are for people; no
+decision is ever taken on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gitray.model import JSON, ObjectKey, SourceLocation
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Action",
+    "BasisObject",
+    "FieldChange",
+    "Plan",
+    "Step",
+    "StepType",
+    "WorkloadPlan",
+    "plan_from_json",
+    "plan_to_json",
+]
+
+FORMAT_VERSION = 1
+
+
+class StepType(StrEnum):
+    """Every kind of step a plan may hold. The values are the wire format."""
+
+    CREATE_CLUSTER = "create-cluster"
+    UPDATE_CLUSTER = "update-cluster"
+    WAIT_CLUSTER_READY = "wait-cluster-ready"
+    DEPLOY_SERVE = "deploy-serve"
+    WAIT_SERVE_RUNNING = "wait-serve-running"
+    CREATE_SERVICE = "create-service"
+    SWITCH_SERVICE = "switch-service"
+    DELETE_SERVICE = "delete-service"
+    SCHEDULE_CLUSTER_DELETION = "schedule-cluster-deletion"
+    CANCEL_CLUSTER_DELETION = "cancel-cluster-deletion"
+    DELETE_CLUSTER = "delete-cluster"
+    CANCEL_UPGRADE = "cancel-upgrade"
+    CREATE_JOB = "create-job"
+    WAIT_JOB = "wait-job"
+    DELETE_JOB = "delete-job"
+    APPLY_OBJECT = "apply-object"
+    DELETE_OBJECT = "delete-object"
+
+    @property
+    def mutates(self) -> bool:
+        """Whether the step changes the cluster (wait steps only observe)."""
+        return self not in {StepType.WAIT_CLUSTER_READY, StepType.WAIT_SERVE_RUNNING,
+                            StepType.WAIT_JOB}
+
+
+class Action(StrEnum):
+    """What a workload's plan amounts to, with its Terraform-like marker."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"  # a new RayService cluster replaces the active one (blue-green)
+    DELETE = "delete"
+    NOOP = "no-op"
+
+    @property
+    def marker(self) -> str:
+        return {"create": "+", "update": "~", "replace": "±", "delete": "-", "no-op": " "}[
+            self.value
+        ]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ordered, idempotent unit of work on one object.
+
+    ``params`` holds everything the executor needs (the manifest to apply, the selector to
+    set, timeouts); ``reason`` is display-only.
+    """
+
+    id: str
+    type: StepType
+    target: str  # name of the object acted on (cluster, Service, job or supporting object)
+    params: Mapping[str, JSON] = field(default_factory=dict, compare=False, hash=False)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """Display-only: one changed field, ``path`` like ``spec.headGroupSpec...image``."""
+
+    path: str
+    before: JSON
+    after: JSON
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    key: ObjectKey
+    action: Action
+    wave: int
+    steps: tuple[Step, ...] = ()
+    source: SourceLocation | None = None
+    desired_hash: str = ""  # hash of the workload's desired spec ("" when removed from Git)
+    notes: tuple[str, ...] = ()  # display-only
+    changes: tuple[FieldChange, ...] = ()  # display-only
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.steps)
+
+
+@dataclass(frozen=True, order=True)
+class BasisObject:
+    """A live object the plan was computed against, with the resourceVersion seen."""
+
+    kind: str
+    namespace: str
+    name: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    revision: str  # commit SHA (or "worktree" for an uncommitted directory)
+    against: str  # "live", "empty" or "revision:<sha>"
+    basis: tuple[BasisObject, ...] = ()
+    workloads: tuple[WorkloadPlan, ...] = ()
+    notes: tuple[str, ...] = ()  # display-only
+
+    @property
+    def has_changes(self) -> bool:
+        return any(w.has_changes for w in self.workloads)
+
+    def workload(self, key: ObjectKey) -> WorkloadPlan | None:
+        return next((w for w in self.workloads if w.key == key), None)
+
+
+# ---- JSON codec ---------------------------------------------------------------------------
+
+
+def _key_json(key: ObjectKey) -> dict[str, str]:
+    return {"kind": key.kind, "namespace": key.namespace, "name": key.name}
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON-safe data matching ``schemas/plan.schema.json``."""
+    workloads = []
+    for w in plan.workloads:
+        item: dict[str, Any] = {
+            "workload": _key_json(w.key),
+            "action": w.action.value,
+            "wave": w.wave,
+            "desiredHash": w.desired_hash,
+            "steps": [
+                {
+                    "id": s.id,
+                    "type": s.type.value,
+                    "target": s.target,
+                    "params": dict(s.params),
+                    "reason": s.reason,
+                }
+                for s in w.steps
+            ],
+            "notes": list(w.notes),
+            "changes": [
+                {"path": c.path, "before": c.before, "after": c.after} for c in w.changes
+            ],
+        }
+        if w.source is not None:
+            item["source"] = {"path": w.source.path, "line": w.source.line, "col": w.source.col}
+        workloads.append(item)
+    return {
+        "formatVersion": FORMAT_VERSION,
+        "revision": plan.revision,
+        "against": plan.against,
+        "basis": [
+            {
+                "kind": b.kind,
+                "namespace": b.namespace,
+                "name": b.name,
+                "resourceVersion": b.resource_version,
+            }
+            for b in plan.basis
+        ],
+        "workloads": workloads,
+        "notes": list(plan.notes),
+        "summary": summarize(plan),
+    }
+
+
+def summarize(plan: Plan) -> dict[str, int]:
+    counts = {a.value: 0 for a in Action}
+    for w in plan.workloads:
+        counts[w.action.value] += 1
+    counts["steps"] = sum(len(w.steps) for w in plan.workloads)
+    return counts
+
+
+def plan_from_json(data: Mapping[str, Any]) -> Plan:
+    """Inverse of :func:`plan_to_json`. Raises ``ValueError``/``KeyError`` on a bad document;
+    callers validate against the schema first for a readable error."""
+    if data.get("formatVersion") != FORMAT_VERSION:
+        raise ValueError(f"unsupported plan formatVersion {data.get('formatVersion')!r}")
+    workloads = []
+    for item in data["workloads"]:
+        k = item["workload"]
+        src = item.get("source")
+        workloads.append(
+            WorkloadPlan(
+                key=ObjectKey(k["kind"], k["namespace"], k["name"]),
+                action=Action(item["action"]),
+                wave=int(item["wave"]),
+                desired_hash=str(item.get("desiredHash", "")),
+                steps=tuple(
+                    Step(
+                        id=s["id"],
+                        type=StepType(s["type"]),
+                        target=s["target"],
+                        params=s.get("params", {}),
+                        reason=s.get("reason", ""),
+                    )
+                    for s in item["steps"]
+                ),
+                source=SourceLocation(src["path"], src["line"], src["col"]) if src else None,
+                notes=tuple(item.get("notes", ())),
+                changes=tuple(
+                    FieldChange(c["path"], c.get("before"), c.get("after"))
+                    for c in item.get("changes", ())
+                ),
+            )
+        )
+    return Plan(
+        revision=data["revision"],
+        against=data["against"],
+        basis=tuple(
+            BasisObject(b["kind"], b["namespace"], b["name"], b["resourceVersion"])
+            for b in data["basis"]
+        ),
+        workloads=tuple(workloads),
+        notes=tuple(data.get("notes", ())),
+    )

@@ -1,0 +1,108 @@
+"""RayCluster and supporting-object planning: apply in place, prune when removed. Pure.
+
+A change is seen two ways: the spec-hash annotation (what gitray last applied) catches any
+edit in Git, including a removed field; a subset comparison of the fields Git sets catches
+drift in the cluster. Fields Git does not set (server defaults, operator-owned status) and
+worker ``replicas`` under in-tree autoscaling are never compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gitray.config import Config
+from gitray.model import ANN_SPEC_HASH, LiveObject, ObjectKey, Workload
+from gitray.plans.diff import full_changes, subset_changes
+from gitray.plans.manifests import cluster_manifest, object_manifest
+from gitray.plans.names import autoscaling_enabled, blank_autoscaler_fields, object_spec_hash
+from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.steps import StepList, live_wave
+
+__all__ = ["plan_object", "plan_raycluster"]
+
+
+def _compared_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    if autoscaling_enabled(spec):
+        return blank_autoscaler_fields(spec, bounds=False)
+    return dict(spec)
+
+
+def plan_raycluster(
+    key: ObjectKey,
+    workload: Workload | None,
+    owned: tuple[LiveObject, ...],
+    config: Config,
+    exact: bool,
+) -> WorkloadPlan:
+    live = next((o for o in owned if o.kind == key.kind and o.name == key.name), None)
+    steps = StepList()
+    if workload is None:
+        for obj in owned:
+            steps.add(StepType.DELETE_CLUSTER, obj.name, {"cluster": obj.name},
+                      f"{key.name} was removed from Git")
+        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+
+    manifest = cluster_manifest(workload, config.instance)
+    spec_hash = manifest["metadata"]["annotations"][ANN_SPEC_HASH]
+    auto = autoscaling_enabled(workload.spec)
+    if live is None:
+        steps.add(StepType.CREATE_CLUSTER, key.name, {"manifest": manifest},
+                  f"create RayCluster {key.name}")
+        return WorkloadPlan(key, Action.CREATE, workload.wave, steps.build(), workload.source,
+                            spec_hash)
+
+    desired, current = _compared_spec(workload.spec), _compared_spec(live.spec)
+    changes = (full_changes if exact else subset_changes)(desired, current, "spec")
+    changed_in_git = live.annotations.get(ANN_SPEC_HASH) != spec_hash
+    drift = subset_changes(desired, current, "spec")
+    notes: list[str] = []
+    if auto:
+        notes.append("worker replicas are owned by the Ray autoscaler and not compared")
+    if changed_in_git or drift:
+        reason = "spec changed in Git" if changed_in_git else "the cluster drifted from Git"
+        steps.add(StepType.UPDATE_CLUSTER, key.name,
+                  {"manifest": manifest, "preserveLiveReplicas": auto},
+                  f"{reason}: update RayCluster {key.name} in place")
+        if not changes:
+            changes = (FieldChange("metadata.annotations", "(older gitray-applied spec)",
+                                   "(spec from this revision)"),)
+    return WorkloadPlan(key, Action.UPDATE if steps else Action.NOOP, workload.wave,
+                        steps.build(), workload.source, spec_hash, tuple(notes),
+                        changes if steps else ())
+
+
+def plan_object(
+    key: ObjectKey,
+    workload: Workload | None,
+    owned: tuple[LiveObject, ...],
+    config: Config,
+    exact: bool,
+) -> WorkloadPlan:
+    """A supporting object (ConfigMap, ServiceAccount, ...): server-side apply, prune."""
+    live = next((o for o in owned if o.kind == key.kind and o.name == key.name), None)
+    steps = StepList()
+    if workload is None:
+        for obj in owned:
+            steps.add(StepType.DELETE_OBJECT, obj.name,
+                      {"kind": obj.kind, "apiVersion": obj.body.get("apiVersion", "v1"),
+                       "name": obj.name}, f"{key.name} was removed from Git")
+        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+    manifest = object_manifest(workload, config.instance)
+    spec_hash = object_spec_hash(workload.manifest)
+    if live is None:
+        steps.add(StepType.APPLY_OBJECT, key.name, {"manifest": manifest},
+                  f"create {key.kind} {key.name}")
+        return WorkloadPlan(key, Action.CREATE, workload.wave, steps.build(), workload.source,
+                            spec_hash)
+    desired = {k: v for k, v in workload.manifest.items()
+               if k not in {"apiVersion", "kind", "metadata", "status"}}
+    current = {k: v for k, v in live.body.items()
+               if k not in {"apiVersion", "kind", "metadata", "status"}}
+    changes = (full_changes if exact else subset_changes)(desired, current)
+    if live.annotations.get(ANN_SPEC_HASH) != spec_hash or subset_changes(desired, current):
+        steps.add(StepType.APPLY_OBJECT, key.name, {"manifest": manifest},
+                  f"update {key.kind} {key.name}")
+    return WorkloadPlan(key, Action.UPDATE if steps else Action.NOOP, workload.wave,
+                        steps.build(), workload.source, spec_hash, (),
+                        changes if steps else ())

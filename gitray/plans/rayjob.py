@@ -1,0 +1,77 @@
+"""RayJob planning: a RayJob is a record of runs; a given spec runs once. Pure.
+
+The run for a spec is the RayJob ``<job>-<hash of spec>``. A finished run is never started
+again because of drift; a changed spec is a new run. Superseded finished runs beyond the
+retention count are deleted, oldest first; a superseded run still going is left alone.
+"""
+
+from __future__ import annotations
+
+from gitray.config import Config
+from gitray.model import LiveObject, ObjectKey, Workload
+from gitray.plans.manifests import job_manifest
+from gitray.plans.plan import Action, StepType, WorkloadPlan
+from gitray.plans.steps import StepList, live_wave
+
+__all__ = ["TERMINAL_DEPLOYMENT_STATUSES", "job_finished", "plan_rayjob"]
+
+# RayJob status.jobDeploymentStatus values after which KubeRay does nothing more.
+TERMINAL_DEPLOYMENT_STATUSES = frozenset({"Complete", "Failed"})
+
+
+def job_finished(job: LiveObject) -> bool:
+    return job.status.get("jobDeploymentStatus") in TERMINAL_DEPLOYMENT_STATUSES
+
+
+def _created(job: LiveObject) -> str:
+    return str(job.metadata.get("creationTimestamp") or "")
+
+
+def plan_rayjob(
+    key: ObjectKey,
+    workload: Workload | None,
+    owned: tuple[LiveObject, ...],
+    config: Config,
+) -> WorkloadPlan:
+    runs = sorted((o for o in owned if o.kind == key.kind), key=lambda j: (_created(j), j.name))
+    steps = StepList()
+    if workload is None:
+        for run in runs:
+            steps.add(StepType.DELETE_JOB, run.name, {"job": run.name},
+                      f"{key.name} was removed from Git")
+        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+
+    manifest = job_manifest(workload, config.instance)
+    name = manifest["metadata"]["name"]
+    current = next((r for r in runs if r.name == name), None)
+    notes: list[str] = []
+    action = Action.NOOP
+    if current is None:
+        steps.add(StepType.CREATE_JOB, name, {"manifest": manifest},
+                  f"start run {name} of {key.name}" + (" (the spec changed)" if runs else ""))
+        steps.add(StepType.WAIT_JOB, name,
+                  {"job": name, "timeoutSeconds": config.rayjob.timeout_s},
+                  "wait for the run to finish")
+        action = Action.CREATE
+    elif not job_finished(current):
+        steps.add(StepType.WAIT_JOB, name,
+                  {"job": name, "timeoutSeconds": config.rayjob.timeout_s},
+                  f"run {name} is in progress: wait for it to finish")
+        action = Action.UPDATE
+    else:
+        status = current.status.get("jobStatus") or current.status.get("jobDeploymentStatus")
+        notes.append(f"run {name} finished: {status}; it is not run again")
+
+    superseded = [r for r in runs if r.name != name]
+    finished = [r for r in superseded if job_finished(r)]
+    for run in superseded:
+        if not job_finished(run):
+            notes.append(f"earlier run {run.name} is still going; left alone")
+    excess = len(finished) - config.rayjob.retention
+    for run in finished[: max(excess, 0)]:
+        steps.add(StepType.DELETE_JOB, run.name, {"job": run.name},
+                  f"retention keeps {config.rayjob.retention} earlier run(s)")
+        if action is Action.NOOP:
+            action = Action.UPDATE
+    return WorkloadPlan(key, action, workload.wave, steps.build(), workload.source,
+                        manifest["metadata"]["annotations"]["gitray.io/spec-hash"], tuple(notes))

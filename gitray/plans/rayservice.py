@@ -1,0 +1,353 @@
+"""RayService planning: gitray does the RayService controller's job as an explicit plan. Pure.
+
+A RayService in Git becomes a RayCluster ``<service>-<hash>`` plus two stable Services,
+``<service>-head-svc`` and ``<service>-serve-svc``, whose selectors point at the *active*
+cluster. Roles are read from live state, never stored separately:
+
+- active:   the cluster the serve Service (else the head Service) selects;
+- previous: a non-active cluster carrying a deletion deadline (``gitray.io/delete-after``);
+- pending:  any other cluster of this service (an upgrade in flight, or a kept failure).
+
+See SPEC §3 for the rules; each branch below names the situation it handles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gitray.config import Config
+from gitray.model import (
+    ANN_DELETE_AFTER,
+    ANN_FAILED,
+    ANN_SERVE_CONFIG_HASH,
+    ANN_SPEC_HASH,
+    Kind,
+    LiveObject,
+    ObjectKey,
+    Role,
+    Workload,
+)
+from gitray.plans.diff import full_changes, subset_changes
+from gitray.plans.manifests import service_cluster_manifest, service_manifest, service_selector
+from gitray.plans.names import (
+    autoscaling_enabled,
+    cluster_hash,
+    cluster_spec_hash,
+    head_service_name,
+    parse_serve_config,
+    serve_config_hash,
+    serve_service_name,
+    service_cluster_name,
+)
+from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.steps import StepList, live_wave
+
+__all__ = ["RayServiceLive", "parse_deadline", "plan_rayservice", "read_rayservice_live"]
+
+
+@dataclass(frozen=True)
+class RayServiceLive:
+    """What the cluster holds for one RayService, with roles resolved."""
+
+    clusters: Mapping[str, LiveObject] = field(default_factory=dict)
+    head_service: LiveObject | None = None
+    serve_service: LiveObject | None = None
+    active: str | None = None
+
+    def previous(self) -> dict[str, LiveObject]:
+        return {n: c for n, c in self.clusters.items()
+                if n != self.active and ANN_DELETE_AFTER in c.annotations}
+
+    def pending(self) -> dict[str, LiveObject]:
+        return {n: c for n, c in self.clusters.items()
+                if n != self.active and ANN_DELETE_AFTER not in c.annotations}
+
+
+def _selected_cluster(svc: LiveObject | None) -> str | None:
+    if svc is None:
+        return None
+    selector = svc.spec.get("selector") or {}
+    value = selector.get("ray.io/cluster")
+    return value if isinstance(value, str) else None
+
+
+def read_rayservice_live(owned: tuple[LiveObject, ...]) -> RayServiceLive:
+    clusters = {o.name: o for o in owned if o.kind == Kind.RAY_CLUSTER}
+    head = next((o for o in owned if o.kind == "Service" and o.role == Role.HEAD_SERVICE), None)
+    serve = next((o for o in owned if o.kind == "Service" and o.role == Role.SERVE_SERVICE), None)
+    active = _selected_cluster(serve) or _selected_cluster(head)
+    if active not in clusters:
+        active = None  # a Service pointing at a cluster that is gone: nothing is serving
+    return RayServiceLive(clusters=clusters, head_service=head, serve_service=serve,
+                          active=active)
+
+
+def parse_deadline(text: str) -> datetime | None:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
+
+
+def _due(cluster: LiveObject, now: datetime) -> bool:
+    deadline = parse_deadline(cluster.annotations.get(ANN_DELETE_AFTER, ""))
+    # An unreadable deadline is treated as due: the cluster is not serving and was scheduled.
+    return deadline is None or deadline <= now
+
+
+@dataclass
+class _Ctx:
+    workload: Workload
+    live: RayServiceLive
+    config: Config
+    now: datetime
+    exact: bool
+    steps: StepList = field(default_factory=StepList)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.workload.key.name
+
+    def cleanup_previous(self, keep: str | None = None) -> None:
+        """Delete previous clusters whose deadline passed; note the others."""
+        for name, cluster in sorted(self.live.previous().items()):
+            if name == keep:
+                continue
+            when = cluster.annotations.get(ANN_DELETE_AFTER, "?")
+            if _due(cluster, self.now):
+                self.steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
+                               f"deletion of old cluster {name} was due at {when}")
+            else:
+                self.notes.append(f"old cluster {name} is scheduled for deletion at {when}")
+
+    def abandon_pending(self, keep: str | None, revert: bool) -> None:
+        for name in sorted(self.live.pending()):
+            if name == keep:
+                continue
+            if revert:
+                self.steps.add(StepType.CANCEL_UPGRADE, name, {"cluster": name},
+                               f"Git reverted to the active spec: cancel the upgrade to {name}")
+            else:
+                self.steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
+                               f"pending cluster {name} no longer matches Git: abandon it")
+
+    def point_services(self, target: str, *, switch_only: bool = False) -> None:
+        """Create or switch head then serve Service to ``target`` (head first, always)."""
+        for role, svc, svc_name in (
+            (Role.HEAD_SERVICE, self.live.head_service, head_service_name(self.name)),
+            (Role.SERVE_SERVICE, self.live.serve_service, serve_service_name(self.name)),
+        ):
+            label = "head" if role is Role.HEAD_SERVICE else "serve"
+            if svc is None and not switch_only:
+                manifest = service_manifest(self.workload, role, target, self.config.instance)
+                self.steps.add(StepType.CREATE_SERVICE, svc_name,
+                               {"role": label, "cluster": target, "manifest": manifest},
+                               f"create the {label} Service pointing at {target}")
+            elif svc is None or _selected_cluster(svc) != target:
+                self.steps.add(
+                    StepType.SWITCH_SERVICE, svc_name,
+                    {"role": label, "cluster": target, "from": _selected_cluster(svc),
+                     "selector": service_selector(role, target)},
+                    f"switch the {label} Service to {target}",
+                )
+
+    def deploy_and_wait(self, cluster: str, serve: Mapping[str, object], serve_hash: str,
+                        why: str) -> None:
+        self.steps.add(StepType.DEPLOY_SERVE, cluster,
+                       {"cluster": cluster, "serveConfig": dict(serve),
+                        "serveConfigHash": serve_hash}, why)
+        self.wait_running(cluster, serve_hash, "wait until every Serve application is RUNNING")
+
+    def wait_running(self, cluster: str, serve_hash: str, why: str) -> None:
+        self.steps.add(StepType.WAIT_SERVE_RUNNING, cluster,
+                       {"cluster": cluster, "serveConfigHash": serve_hash,
+                        "timeoutSeconds": self.config.rayservice.serve_ready_timeout_s}, why)
+
+    def schedule_deletion(self, cluster: str) -> None:
+        delay = _deletion_delay(self.workload, self.config)
+        self.steps.add(StepType.SCHEDULE_CLUSTER_DELETION, cluster,
+                       {"cluster": cluster, "delaySeconds": delay},
+                       f"delete old cluster {cluster} {delay} s after the switch")
+
+    def changes(self, desired: Mapping[str, object], live: LiveObject | None,
+                prefix: str) -> tuple[FieldChange, ...]:
+        if live is None:
+            return ()
+        compare = full_changes if self.exact else subset_changes
+        return compare(desired, live.spec, prefix)
+
+
+def _deletion_delay(workload: Workload, config: Config) -> int:
+    value = workload.spec.get("rayClusterDeletionDelaySeconds")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return config.rayservice.deletion_delay_s
+
+
+def plan_rayservice(
+    key: ObjectKey,
+    workload: Workload | None,
+    owned: tuple[LiveObject, ...],
+    config: Config,
+    now: datetime,
+    exact: bool,
+) -> WorkloadPlan:
+    live = read_rayservice_live(owned)
+    if workload is None:
+        return _plan_removal(key, live, owned)
+    ctx = _Ctx(workload, live, config, now, exact)
+    cluster_config = dict(workload.spec.get("rayClusterConfig") or {})
+    serve = parse_serve_config(str(workload.spec.get("serveConfigV2") or ""))
+    serve_hash = serve_config_hash(serve)
+    target = service_cluster_name(key.name, cluster_config)
+    desired_hash = f"{cluster_hash(cluster_config)[:16]}.{serve_hash}"
+
+    if live.active is None:
+        action = _first_rollout(ctx, target, serve, serve_hash)
+    elif live.active == target:
+        action = _same_cluster(ctx, target, cluster_config, serve, serve_hash)
+    elif target in live.previous():
+        action = _instant_rollback(ctx, target, serve, serve_hash)
+    else:
+        action = _blue_green(ctx, target, serve, serve_hash)
+    changes: tuple[FieldChange, ...] = ()
+    if live.active is not None and live.active != target:
+        active = live.clusters[live.active]
+        changes = ctx.changes(cluster_config, active, "spec.rayClusterConfig")
+    return WorkloadPlan(
+        key=key, action=action if ctx.steps else Action.NOOP, wave=workload.wave,
+        steps=ctx.steps.build(), source=workload.source, desired_hash=desired_hash,
+        notes=tuple(ctx.notes), changes=changes,
+    )
+
+
+def _build_new_cluster(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                       serve_hash: str) -> None:
+    """Steps 1-4 of a rollout: create (unless it exists), wait ready, deploy, wait RUNNING."""
+    existing = ctx.live.clusters.get(target)
+    if existing is not None and ANN_FAILED in existing.annotations:
+        ctx.steps.add(StepType.DELETE_CLUSTER, target, {"cluster": target},
+                      f"cluster {target} failed before ({existing.annotations[ANN_FAILED]}):"
+                      " rebuild it")
+        existing = None
+    if existing is None:
+        manifest = service_cluster_manifest(ctx.workload, ctx.config.instance)
+        ctx.steps.add(StepType.CREATE_CLUSTER, target, {"manifest": manifest},
+                      f"create cluster {target} for the new spec")
+    ctx.steps.add(StepType.WAIT_CLUSTER_READY, target,
+                  {"cluster": target,
+                   "timeoutSeconds": ctx.config.rayservice.cluster_ready_timeout_s},
+                  "wait until the head pod is ready")
+    ctx.deploy_and_wait(target, serve, serve_hash,
+                        f"send the Serve config to the new cluster {target}")
+
+
+def _first_rollout(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                   serve_hash: str) -> Action:
+    """First rollout (or resuming one): build the cluster, then create both Services."""
+    ctx.abandon_pending(keep=target, revert=False)
+    ctx.cleanup_previous(keep=target)
+    if target in ctx.live.previous():
+        ctx.wait_running(target, serve_hash, f"check Serve is RUNNING on {target}")
+        ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
+                      f"keep {target}: it serves again")
+    else:
+        _build_new_cluster(ctx, target, serve, serve_hash)
+    ctx.point_services(target)
+    return Action.CREATE if not ctx.live.clusters else Action.UPDATE
+
+
+def _same_cluster(ctx: _Ctx, target: str, cluster_config: Mapping[str, object],
+                  serve: Mapping[str, object], serve_hash: str) -> Action:
+    """The active cluster matches Git's cluster spec: in-place changes only."""
+    active = ctx.live.clusters[target]
+    ctx.abandon_pending(keep=None, revert=True)
+    ctx.cleanup_previous()
+    drift = subset_changes(_replica_view(cluster_config), _replica_view(active.spec), "spec")
+    if active.annotations.get(ANN_SPEC_HASH) != cluster_spec_hash(cluster_config) or drift:
+        manifest = service_cluster_manifest(ctx.workload, ctx.config.instance)
+        auto = autoscaling_enabled(cluster_config)
+        ctx.steps.add(
+            StepType.UPDATE_CLUSTER, target,
+            {"manifest": manifest, "preserveLiveReplicas": auto},
+            "replicas changed: update the active cluster in place"
+            + (" (the autoscaler keeps owning replicas)" if auto else ""),
+        )
+    if active.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
+        ctx.deploy_and_wait(target, serve, serve_hash,
+                            f"Serve config changed: send it to the active cluster {target}")
+    ctx.point_services(target)
+    return Action.UPDATE
+
+
+def _replica_view(spec: Mapping[str, object]) -> dict[str, object]:
+    """The scaling fields gitray owns on a RayService cluster (none under autoscaling)."""
+    if autoscaling_enabled(spec):
+        return {}
+    groups = spec.get("workerGroupSpecs") or []
+    return {"workerGroupSpecs": [
+        {k: g[k] for k in ("groupName", "replicas", "minReplicas", "maxReplicas") if k in g}
+        for g in groups if isinstance(g, dict)
+    ]} if isinstance(groups, list) else {}
+
+
+def _blue_green(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                serve_hash: str) -> Action:
+    """Cluster spec changed: build a pending cluster, switch traffic, retire the old one."""
+    old = ctx.live.active
+    assert old is not None
+    ctx.abandon_pending(keep=target, revert=False)
+    ctx.cleanup_previous()
+    _build_new_cluster(ctx, target, serve, serve_hash)
+    ctx.point_services(target)
+    ctx.schedule_deletion(old)
+    ctx.notes.append(f"blue-green upgrade: {old} -> {target}")
+    return Action.REPLACE
+
+
+def _instant_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                      serve_hash: str) -> Action:
+    """Git went back to a spec whose cluster still exists: switch back, no new cluster."""
+    old = ctx.live.active
+    assert old is not None
+    previous = ctx.live.clusters[target]
+    ctx.abandon_pending(keep=None, revert=False)
+    ctx.cleanup_previous(keep=target)
+    if previous.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
+        ctx.deploy_and_wait(target, serve, serve_hash,
+                            f"send the Serve config to {target} before switching back")
+    else:
+        ctx.wait_running(target, serve_hash, f"check Serve is RUNNING on {target}")
+    ctx.point_services(target, switch_only=True)
+    ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
+                  f"keep {target}: it serves again")
+    ctx.schedule_deletion(old)
+    ctx.notes.append(f"instant rollback: {old} -> {target} (still awaiting deletion)")
+    return Action.REPLACE
+
+
+def _plan_removal(key: ObjectKey, live: RayServiceLive,
+                  owned: tuple[LiveObject, ...]) -> WorkloadPlan:
+    """Removed from Git (prune on): Services first, then clusters."""
+    steps = StepList()
+    for svc in (live.head_service, live.serve_service):
+        if svc is not None:
+            steps.add(StepType.DELETE_SERVICE, svc.name, {"service": svc.name},
+                      f"{key.name} was removed from Git")
+    for name in sorted(live.clusters):
+        steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
+                  f"{key.name} was removed from Git")
+    for obj in owned:  # anything else it owned (defensive: should not exist)
+        if obj.kind not in {Kind.RAY_CLUSTER, "Service"}:
+            steps.add(StepType.DELETE_OBJECT, obj.name,
+                      {"kind": obj.kind, "apiVersion": obj.body.get("apiVersion", "v1"),
+                       "name": obj.name}, f"{key.name} was removed from Git")
+    wave = live_wave(owned)
+    return WorkloadPlan(key=key, action=Action.DELETE, wave=wave, steps=steps.build())
+
+
+

@@ -1,0 +1,186 @@
+"""Views of a plan: text (like ``terraform plan``), markdown (for a PR comment), json. Pure.
+
+All three render from the same :class:`~gitray.plans.plan.Plan`; output is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+
+from gitray.model import JSON
+from gitray.plans.plan import Action, FieldChange, Plan, Step, StepType, WorkloadPlan, plan_to_json
+
+__all__ = ["COMMENT_MARKER", "Format", "describe_step", "render", "summary_line"]
+
+COMMENT_MARKER = "<!-- gitray-plan -->"
+
+
+class Format(StrEnum):
+    TEXT = "text"
+    MARKDOWN = "markdown"
+    JSON = "json"
+
+
+_VERBS = {
+    Action.CREATE: "will be created",
+    Action.UPDATE: "will be updated in place",
+    Action.REPLACE: "will get a new cluster (blue-green)",
+    Action.DELETE: "will be deleted",
+    Action.NOOP: "is up to date",
+}
+_COLOURS = {Action.CREATE: "32", Action.UPDATE: "33", Action.REPLACE: "35",
+            Action.DELETE: "31", Action.NOOP: "0"}
+
+
+def _duration(seconds: JSON) -> str:
+    if not isinstance(seconds, int):
+        return "?"
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def _apps(params: Mapping[str, JSON]) -> str:
+    apps = (params.get("serveConfig") or {}).get("applications") or []
+    names = [str(a.get("name", "default")) for a in apps if isinstance(a, dict)]
+    return f"{len(names)} application{'s' if len(names) != 1 else ''}: {', '.join(names)}"
+
+
+def describe_step(step: Step) -> str:
+    """One plain-English line for a step."""
+    p, t = step.params, step.target
+    match step.type:
+        case StepType.CREATE_CLUSTER:
+            return f"create RayCluster {t}"
+        case StepType.UPDATE_CLUSTER:
+            keep = " (keeping the autoscaler's replicas)" if p.get("preserveLiveReplicas") else ""
+            return f"update RayCluster {t} in place{keep}"
+        case StepType.WAIT_CLUSTER_READY:
+            timeout = _duration(p.get("timeoutSeconds"))
+            return f"wait for {t} to be ready (head pod ready, timeout {timeout})"
+        case StepType.DEPLOY_SERVE:
+            return f"deploy the Serve config to {t} ({_apps(p)})"
+        case StepType.WAIT_SERVE_RUNNING:
+            return (f"wait for every Serve application on {t} to be RUNNING "
+                    f"(timeout {_duration(p.get('timeoutSeconds'))})")
+        case StepType.CREATE_SERVICE:
+            return f"create Service {t} -> {p.get('cluster')}"
+        case StepType.SWITCH_SERVICE:
+            return f"switch Service {t}: {p.get('from') or '(none)'} -> {p.get('cluster')}"
+        case StepType.DELETE_SERVICE:
+            return f"delete Service {t}"
+        case StepType.SCHEDULE_CLUSTER_DELETION:
+            return f"schedule deletion of old cluster {t} in {_duration(p.get('delaySeconds'))}"
+        case StepType.CANCEL_CLUSTER_DELETION:
+            return f"cancel the scheduled deletion of {t}"
+        case StepType.DELETE_CLUSTER:
+            return f"delete RayCluster {t}"
+        case StepType.CANCEL_UPGRADE:
+            return f"cancel the upgrade: delete pending cluster {t}"
+        case StepType.CREATE_JOB:
+            return f"start RayJob run {t}"
+        case StepType.WAIT_JOB:
+            return f"wait for run {t} to finish (timeout {_duration(p.get('timeoutSeconds'))})"
+        case StepType.DELETE_JOB:
+            return f"delete RayJob run {t}"
+        case StepType.APPLY_OBJECT:
+            kind = (p.get("manifest") or {}).get("kind", "object")
+            return f"apply {kind} {t}"
+        case StepType.DELETE_OBJECT:
+            return f"delete {p.get('kind', 'object')} {t}"
+    return f"{step.type.value} {t}"  # pragma: no cover - match is exhaustive
+
+
+def _value(value: JSON) -> str:
+    text = json.dumps(value, sort_keys=True) if value is not None else "(none)"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _change_line(change: FieldChange) -> str:
+    if change.before is None:
+        return f"+ {change.path}: {_value(change.after)}"
+    if change.after is None:
+        return f"- {change.path}: {_value(change.before)}"
+    return f"~ {change.path}: {_value(change.before)} -> {_value(change.after)}"
+
+
+def summary_line(plan: Plan) -> str:
+    counts = {a: sum(1 for w in plan.workloads if w.action is a) for a in Action}
+    if not plan.has_changes:
+        return "No changes. The cluster matches this revision."
+    steps = sum(len(w.steps) for w in plan.workloads)
+    return (f"Plan: {counts[Action.CREATE]} to create, {counts[Action.UPDATE]} to update, "
+            f"{counts[Action.REPLACE]} to replace (blue-green), {counts[Action.DELETE]} to "
+            f"delete; {steps} step{'s' if steps != 1 else ''}.")
+
+
+def _against(plan: Plan) -> str:
+    if plan.against == "empty":
+        return "an empty cluster"
+    if plan.against.startswith("revision:"):
+        return f"the cluster as of revision {plan.against.split(':', 1)[1][:12]}"
+    return "the live cluster"
+
+
+def _heading(w: WorkloadPlan) -> str:
+    return f"{w.key.kind} {w.key.namespace}/{w.key.name}"
+
+
+def _text(plan: Plan, colour: bool) -> str:
+    def paint(code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if colour and code != "0" else text
+
+    rev = plan.revision[:12]
+    out = [f"gitray plan for revision {rev} against {_against(plan)}", ""]
+    out += [f"Note: {n}" for n in plan.notes]
+    if plan.notes:
+        out.append("")
+    for w in plan.workloads:
+        if not w.has_changes and not w.notes:
+            continue
+        where = f"  ({w.source})" if w.source else ""
+        out.append(f"  # {_heading(w)}{where}")
+        line = f"  {w.action.marker} {_heading(w)} {_VERBS[w.action]}"
+        out.append(paint(_COLOURS[w.action], line))
+        out += [f"      {_change_line(c)}" for c in w.changes]
+        out += [f"      {i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]
+        out += [f"      note: {n}" for n in w.notes]
+        out.append("")
+    unchanged = sum(1 for w in plan.workloads if not w.has_changes)
+    if unchanged:
+        out.append(f"{unchanged} workload{'s' if unchanged != 1 else ''} unchanged.")
+    out.append(summary_line(plan))
+    return "\n".join(out) + "\n"
+
+
+def _markdown(plan: Plan) -> str:
+    out = [COMMENT_MARKER, f"### gitray plan for `{plan.revision[:12]}`", "",
+           f"Against {_against(plan)}. **{summary_line(plan)}**", ""]
+    out += [f"> {n}" for n in plan.notes]
+    changed = [w for w in plan.workloads if w.has_changes]
+    if changed:
+        out += ["| | Workload | Action | Steps |", "|---|---|---|---|"]
+        out += [f"| `{w.action.marker}` | `{w.key.namespace}/{w.key.kind}/{w.key.name}` | "
+                f"{w.action.value} | {len(w.steps)} |" for w in changed]
+        out.append("")
+    for w in changed:
+        out += ["<details>", f"<summary><code>{w.action.marker} {_heading(w)}</code> "
+                f"{_VERBS[w.action]}</summary>", ""]
+        if w.changes:
+            out += ["```diff", *(_change_line(c) for c in w.changes), "```"]
+        out += [f"{i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]
+        out += [f"- _{n}_" for n in w.notes]
+        out += ["", "</details>", ""]
+    return "\n".join(out) + "\n"
+
+
+def render(plan: Plan, fmt: Format, *, colour: bool = False) -> str:
+    if fmt is Format.JSON:
+        return json.dumps(plan_to_json(plan), indent=2, sort_keys=True) + "\n"
+    if fmt is Format.MARKDOWN:
+        return _markdown(plan)
+    return _text(plan, colour)
