@@ -1,0 +1,132 @@
+"""Acceptance tests of the loopback test environment (issue 3).
+
+Real kube-apiserver/etcd/controller-manager/scheduler, kwok, the KubeRay operator and Ray.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from tests.testenv import control, procs
+from tests.testenv.helpers import TestEnv, http_json, raycluster_manifest, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+HELLO = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def _deploy_hello(testenv: TestEnv, pod: object, greeting: str | None = None) -> str:
+    url = testenv.wait_dashboard(pod)
+    app = dict(HELLO)
+    if greeting is not None:
+        app |= {"import_path": "hello:build", "args": {"greeting": greeting}}
+    status, body = http_json("PUT", f"{url}/api/serve/applications/", {"applications": [app]})
+    assert status == 200, (status, body)
+    testenv.wait_serve_running(url, "hello")
+    ip = pod.status.pod_ip  # type: ignore[attr-defined]
+    return wait_for(lambda: _get_text(f"http://{ip}:8000/hello"), 60, what="serve route")
+
+
+def test_raycluster_gets_a_real_ray_head_and_serve(testenv: TestEnv, namespace: str) -> None:
+    testenv.create_raycluster(namespace, raycluster_manifest("demo"))
+    pod = testenv.wait_head_pod(namespace, "demo")
+    ip = ipaddress.ip_address(pod.status.pod_ip)
+    assert ip in ipaddress.ip_network(testenv.pod_network), ip
+    assert pod.metadata.labels["ray.io/node-type"] == "head"
+    svc = wait_for(lambda: testenv.core.read_namespaced_service("demo-head-svc", namespace),
+                   60, what="head service")
+    assert svc.spec.selector["ray.io/cluster"] == "demo"
+
+    url = testenv.wait_dashboard(pod)
+    status, body = http_json("GET", f"{url}/api/serve/applications/")
+    assert status == 200
+    assert body["http_options"]["host"] == pod.status.pod_ip
+    assert body["http_options"]["port"] == 8000
+
+    assert _deploy_hello(testenv, pod) == "hello from gitray testenv"
+
+
+def test_deleting_raycluster_removes_pods_and_ray(testenv: TestEnv, namespace: str) -> None:
+    testenv.create_raycluster(namespace, raycluster_manifest("gone"))
+    pod = testenv.wait_head_pod(namespace, "gone")
+    testenv.wait_dashboard(pod)
+    wait_for(lambda: len(testenv.cluster_pods(namespace, "gone")) == 2, 60,
+             what="head and worker pods")
+    head = wait_for(lambda: testenv.ray_head_for(pod.status.pod_ip), 30, what="head record")
+    assert testenv.ray_head_alive(head)
+
+    testenv.delete_raycluster(namespace, "gone")
+    wait_for(lambda: not testenv.cluster_pods(namespace, "gone"), 90,
+             what="pods garbage-collected")
+    wait_for(lambda: not testenv.ray_head_alive(head), 60, what="Ray head processes gone")
+    assert testenv.ray_head_for(pod.status.pod_ip) is None
+    listening = procs.listening_sockets()
+    assert not [s for s in listening if s[0] == pod.status.pod_ip], listening
+
+
+def test_two_rayclusters_each_get_their_own_ray_head(testenv: TestEnv, namespace: str) -> None:
+    for name in ("one", "two"):
+        testenv.create_raycluster(namespace, raycluster_manifest(name, workers=0))
+    pods = {name: testenv.wait_head_pod(namespace, name) for name in ("one", "two")}
+    assert pods["one"].status.pod_ip != pods["two"].status.pod_ip
+    for name, pod in pods.items():
+        assert _deploy_hello(testenv, pod, greeting=f"hi from {name}") == f"hi from {name}"
+    heads = {h["ip"]: h for h in testenv.ray_heads()}
+    one, two = (heads[p.status.pod_ip] for p in pods.values())
+    assert one["pid"] != two["pid"] and one["block"] != two["block"]
+    assert testenv.ray_head_alive(one) and testenv.ray_head_alive(two)
+
+
+def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "testenv"), *args],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_down_leaves_no_process_and_no_port(testenv: TestEnv) -> None:
+    """A dedicated environment (own state dir), with a Ray head, brought up and down by the CLI."""
+    state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-updown-"))
+    up = _testenv_cli("up", "--state-dir", str(state_dir))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"KUBECONFIG={state_dir / 'kubeconfig'}" in up.stdout
+        state = control.State.load(state_dir)
+        assert state is not None and all(state.alive().values())
+        other = TestEnv(state)
+        try:
+            assert other.pod_network != testenv.pod_network  # claimed machine-wide
+            other.kubectl("apply", "-f", "-", stdin=json.dumps(
+                raycluster_manifest("updown", workers=0) | {"metadata": {
+                    "name": "updown", "namespace": "default"}}))
+            pod = other.wait_head_pod("default", "updown")
+            other.wait_dashboard(pod)
+            heads = other.ray_heads()
+        finally:
+            other.close()
+        assert len(heads) == 1
+        status = _testenv_cli("status", "--state-dir", str(state_dir))
+        assert status.returncode == 0, status.stdout
+    finally:
+        down = _testenv_cli("down", "--state-dir", str(state_dir))
+    assert down.returncode == 0, down.stdout + down.stderr
+    leaders = [int(c["pid"]) for c in state.components.values()]  # type: ignore[call-overload]
+    leaders += [int(h["pid"]) for h in heads]
+    still = {pid: procs.session_members(pid) for pid in leaders}
+    assert not any(still.values()), f"processes left: {still}"
+    assert not any(procs.alive(pid) for pid in leaders)
+    ports = set(state.ports()) | {int(p) for h in heads for p in h["ports"].values()}
+    left = procs.leftover_listeners(ports, networks=(state.pod_network,))
+    assert not left, f"listening sockets left: {left}"
+    assert not state_dir.exists()
+    assert not Path(heads[0]["temp_dir"]).exists()
+    assert os.environ.get("GITRAY_TESTENV_STATE") != str(state_dir)

@@ -1,0 +1,471 @@
+"""Start, inspect and stop the loopback test environment (stdlib only).
+
+`up` starts, in order: etcd, kube-apiserver (TLS, openssl-made certs), the KubeRay CRDs,
+kube-controller-manager, kube-scheduler, kwok (+ two fake Nodes with loopback podCIDRs), the
+KubeRay operator (out of cluster) and the Ray pod runner (`tests/testenv/raypods.py`). Everything
+binds 127.0.0.1 on free ports; PIDs, ports and paths go to ``<state-dir>/state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.testenv import build, procs
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_NAMES = ["kwok-node-0", "kwok-node-1"]
+SERVICE_CIDR = "10.0.0.0/24"  # bookkeeping only: never dialled
+
+
+class EnvError(RuntimeError):
+    """The environment could not be started (message says which part and why)."""
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("GITRAY_TESTENV_STATE")
+    if env:
+        return Path(env).expanduser()
+    return Path(f"/tmp/gitray-testenv-{os.getuid()}")
+
+
+@dataclass
+class State:
+    """What `up` recorded; JSON in ``<dir>/state.json``."""
+
+    dir: Path
+    cache: str = ""
+    kubeconfig: str = ""
+    apiserver: str = ""
+    components: dict[str, dict[str, object]] = field(default_factory=dict)
+    started_at: float = 0.0
+    ready_seconds: float = 0.0
+    pod_net: int = 0  # pods get IPs in 127.<pod_net>.0.0/16 (claimed machine-wide)
+
+    @property
+    def pod_network(self) -> str:
+        return f"127.{self.pod_net}.0.0/16"
+
+    def node_cidrs(self) -> dict[str, str]:
+        return {n: f"127.{self.pod_net}.{i}.0/24" for i, n in enumerate(NODE_NAMES)}
+
+    @property
+    def file(self) -> Path:
+        return self.dir / "state.json"
+
+    @classmethod
+    def load(cls, state_dir: Path) -> State | None:
+        path = state_dir / "state.json"
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        data["dir"] = state_dir
+        return cls(**data)
+
+    def save(self) -> None:
+        data = {k: v for k, v in self.__dict__.items() if k != "dir"}
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, self.file)
+
+    def ports(self) -> list[int]:
+        out: list[int] = []
+        for comp in self.components.values():
+            out += [int(p) for p in comp.get("ports", [])]  # type: ignore[attr-defined]
+        return out
+
+    def alive(self) -> dict[str, bool]:
+        return {
+            name: procs.alive(int(c["pid"]), int(c["started"]))  # type: ignore[call-overload]
+            for name, c in self.components.items()
+        }
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise EnvError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()[-800:]}")
+
+
+def make_certs(pki: Path) -> None:
+    """A CA, the apiserver serving cert, an admin (system:masters) client cert, SA keys."""
+    pki.mkdir(parents=True, exist_ok=True)
+    days = "30"
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+             "-out", "ca.crt", "-days", days, "-subj", "/CN=gitray-testenv-ca", cwd=pki)
+    specs = {
+        "apiserver": ("/CN=kube-apiserver",
+                      "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                      "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"),
+        "admin": ("/O=system:masters/CN=gitray-testenv-admin",
+                  "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n"),
+    }
+    for name, (subj, ext) in specs.items():
+        (pki / f"{name}.ext").write_text(ext)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", "-subj", subj, cwd=pki)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.crt", "-days", days,
+                 "-extfile", f"{name}.ext", cwd=pki)
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path) -> None:
+    # JSON is valid YAML; kubectl and the Python client both read it.
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testenv", "cluster": {
+            "server": server, "certificate-authority": str(pki / "ca.crt")}}],
+        "users": [{"name": "admin", "user": {
+            "client-certificate": str(pki / "admin.crt"),
+            "client-key": str(pki / "admin.key")}}],
+        "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": "admin"}}],
+        "current-context": "testenv",
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, proc_pid: int | None,
+          log: Path | None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc_pid is not None and not procs.alive(proc_pid):
+            raise EnvError(f"{what} exited during start-up; last log lines:\n{_tail(log)}")
+        try:
+            if check():
+                return
+        except (OSError, urllib.error.URLError, ssl.SSLError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise EnvError(f"{what} not ready after {timeout:.0f}s; last log lines:\n{_tail(log)}")
+
+
+def _tail(log: Path | None, n: int = 20) -> str:
+    if log is None or not log.is_file():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None, any_status: bool = False) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return any_status
+
+
+def _insecure() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _client_ctx(pki: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return ctx
+
+
+class _Starter:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.logs = state.dir / "logs"
+
+    def start(self, name: str, args: list[str], ports: list[int],
+              env: dict[str, str] | None = None) -> tuple[int, Path]:
+        log = self.logs / f"{name}.log"
+        proc = procs.spawn(args, log, env=env, cwd=self.state.dir)
+        started = procs.start_time(proc.pid)
+        self.state.components[name] = {
+            "pid": proc.pid, "started": started, "ports": ports, "log": str(log),
+            "args": args,
+        }
+        self.state.save()
+        return proc.pid, log
+
+
+def kubectl(state: State, *args: str, check: bool = True, stdin: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    binary = Path(state.cache) / "bin" / "kubectl"
+    proc = subprocess.run([str(binary), "--kubeconfig", state.kubeconfig, *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise EnvError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()[-1500:]}")
+    return proc
+
+
+def _node_manifest(state: State) -> str:
+    items = []
+    for name, cidr in state.node_cidrs().items():
+        items.append({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+        })
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def up(state_dir: Path | None = None, say: Callable[[str], None] = print) -> State:
+    """Start everything (or reuse a running environment in `state_dir`); returns its State."""
+    state_dir = state_dir or default_state_dir()
+    existing = State.load(state_dir)
+    if existing is not None:
+        if existing.components and all(existing.alive().values()):
+            say(f"testenv already up in {state_dir}")
+            return existing
+        say(f"stale testenv state in {state_dir}: stopping what is left")
+        down(state_dir, say=lambda _m: None)
+    lay = build.layout(probe_if_needed=False)
+    if not lay.complete():
+        raise EnvError(
+            f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
+        )
+    t0 = time.monotonic()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state = State(dir=state_dir, cache=str(lay.dir), started_at=time.time())
+    state.save()
+    try:
+        _up(state, lay, say)
+    except BaseException:
+        say("start-up failed: stopping what was started")
+        down(state_dir, say=lambda _m: None, keep_logs=True)
+        raise
+    state.ready_seconds = round(time.monotonic() - t0, 1)
+    state.save()
+    return state
+
+
+def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
+    d = state.dir
+    pki = d / "pki"
+    bin_ = lay.bin
+    starter = _Starter(state)
+
+    def step(label: str) -> Callable[[], None]:
+        t = time.monotonic()
+        return lambda: say(f"{label}: ready [{time.monotonic() - t:.1f}s]")
+
+    done = step("certificates")
+    make_certs(pki)
+    done()
+
+    done = step("etcd")
+    etcd_client, etcd_peer = procs.free_port(), procs.free_port()
+    data = d / "etcd-data"
+    pid, log = starter.start("etcd", [
+        str(bin_ / "etcd"), "--name", "testenv", "--data-dir", str(data),
+        "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+        "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+        "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+        "--initial-cluster", f"testenv=http://127.0.0.1:{etcd_peer}",
+        "--unsafe-no-fsync", "--log-level", "warn",
+    ], [etcd_client, etcd_peer])
+    _wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{etcd_client}/health"), 60, pid, log)
+    # The pod network is shared by every environment on the machine: claim one /16 for as long
+    # as this etcd lives.
+    state.pod_net = procs.claim("pod-net", range(1, 255),
+                                {"pid": pid, "started": procs.start_time(pid),
+                                 "state_dir": str(d)}, procs.owner_gone)
+    state.save()
+    done()
+
+    done = step("kube-apiserver")
+    api_port = procs.free_port()
+    state.apiserver = f"https://127.0.0.1:{api_port}"
+    state.kubeconfig = str(d / "kubeconfig")
+    write_kubeconfig(Path(state.kubeconfig), state.apiserver, pki)
+    pid, log = starter.start("kube-apiserver", [
+        str(bin_ / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={api_port}", f"--cert-dir={d / 'apiserver-certs'}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=RBAC", "--allow-privileged=true",
+        "--disable-admission-plugins=ServiceAccount",
+        "--endpoint-reconciler-type=none", "--profiling=false", "-v=1",
+    ], [api_port])
+    ctx = _client_ctx(pki)
+    _wait("kube-apiserver", lambda: _http_ok(f"{state.apiserver}/readyz", ctx), 120, pid, log)
+    state.save()
+    done()
+
+    done = step("KubeRay CRDs")
+    crds = sorted(str(p) for p in lay.crds.glob("*.yaml"))
+    kubectl(state, "apply", "--server-side", *[a for c in crds for a in ("-f", c)])
+    kubectl(state, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io")
+    done()
+
+    kconf = state.kubeconfig
+    done = step("kube-controller-manager")
+    cm_port = procs.free_port()
+    pid, log = starter.start("kube-controller-manager", [
+        str(bin_ / "kube-controller-manager"), f"--kubeconfig={kconf}",
+        f"--authentication-kubeconfig={kconf}", f"--authorization-kubeconfig={kconf}",
+        "--bind-address=127.0.0.1", f"--secure-port={cm_port}", "--leader-elect=false",
+        f"--cert-dir={d / 'controller-manager-certs'}",
+        f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
+        "--use-service-account-credentials=false", "-v=1",
+    ], [cm_port])
+    insecure = _insecure()
+    _wait("kube-controller-manager",
+          lambda: _http_ok(f"https://127.0.0.1:{cm_port}/healthz", insecure), 60, pid, log)
+    done()
+
+    done = step("kube-scheduler")
+    sched_port = procs.free_port()
+    pid, log = starter.start("kube-scheduler", [
+        str(bin_ / "kube-scheduler"), f"--kubeconfig={kconf}",
+        f"--authentication-kubeconfig={kconf}", f"--authorization-kubeconfig={kconf}",
+        "--bind-address=127.0.0.1", f"--secure-port={sched_port}", "--leader-elect=false",
+        f"--cert-dir={d / 'scheduler-certs'}", "-v=1",
+    ], [sched_port])
+    _wait("kube-scheduler",
+          lambda: _http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure), 60, pid, log)
+    done()
+
+    done = step("kwok + nodes")
+    kwok_port = procs.free_port()
+    stages = [f"--config={p}" for p in sorted(lay.stages.glob("*.yaml"))]
+    pid, log = starter.start("kwok", [
+        str(bin_ / "kwok"), f"--kubeconfig={kconf}", *stages, "--manage-all-nodes=true",
+        "--node-ip=127.0.0.1", f"--cidr=127.{state.pod_net}.255.0/24",
+        f"--server-address=127.0.0.1:{kwok_port}",
+    ], [kwok_port])
+    kubectl(state, "apply", "-f", "-", stdin=_node_manifest(state))
+    _wait("kwok nodes Ready", lambda: kubectl(
+        state, "wait", "--for=condition=Ready", "--timeout=5s", "node", *NODE_NAMES, check=False,
+    ).returncode == 0, 90, pid, log)
+    done()
+
+    done = step("kuberay-operator")
+    probe_port = procs.free_port()
+    pid, log = starter.start("kuberay-operator", [
+        str(bin_ / "kuberay-operator"), "--metrics-addr=0",
+        f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+        "--enable-leader-election=false", "--log-stdout-encoder=console",
+    ], [probe_port], env={**os.environ, "KUBECONFIG": kconf})
+    _wait("kuberay-operator",
+          lambda: _http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 90, pid, log)
+    done()
+
+    done = step("ray pod runner")
+    ready_file = d / "raypods.ready"
+    ready_file.unlink(missing_ok=True)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                       os.environ.get("PYTHONPATH")]))}
+    pid, log = starter.start("raypods", [
+        sys.executable, "-m", "tests.testenv.raypods", "--kubeconfig", kconf,
+        "--state-dir", str(d), "--ready-file", str(ready_file),
+    ], [], env=env)
+    _wait("ray pod runner", ready_file.is_file, 60, pid, log)
+    done()
+
+
+def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
+         keep_logs: bool = False, grace: float = 10.0) -> list[tuple[str, int]]:
+    """Stop every recorded process (runner and its Ray heads first), check ports, clean up.
+
+    Returns leftover listening sockets (empty when everything is gone).
+    """
+    state_dir = state_dir or default_state_dir()
+    state = State.load(state_dir)
+    if state is None:
+        say(f"no testenv state in {state_dir}")
+        return []
+    order = ["raypods", "kuberay-operator", "kwok", "kube-scheduler",
+             "kube-controller-manager", "kube-apiserver", "etcd"]
+    names = [n for n in order if n in state.components]
+    names += [n for n in state.components if n not in order]
+    for name in names:
+        comp = state.components[name]
+        wait = max(grace, 45.0) if name == "raypods" else grace  # it stops its heads first
+        procs.stop_session(int(comp["pid"]), comp.get("started"), grace=wait)  # type: ignore[call-overload,arg-type]
+        if name == "raypods":
+            _stop_ray_heads(state_dir, grace)
+        say(f"stopped {name} (pid {comp['pid']})")
+    _stop_ray_heads(state_dir, grace)
+    networks = (state.pod_network,) if state.pod_net else ()
+    leftovers = procs.leftover_listeners(state.ports(), networks=networks)
+    if state.pod_net:
+        procs.release("pod-net", state.pod_net)
+    if leftovers:
+        say(f"WARNING: listening sockets left: {leftovers}")
+    if keep_logs:
+        for sub in ("etcd-data", "ray"):
+            shutil.rmtree(state_dir / sub, ignore_errors=True)
+        state.file.rename(state_dir / "state.json.stopped")
+    else:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return leftovers
+
+
+def _stop_ray_heads(state_dir: Path, grace: float) -> None:
+    """Stop Ray heads the runner recorded (in case the runner could not do it itself)."""
+    heads = state_dir / "ray-heads"
+    if not heads.is_dir():
+        return
+    for record in heads.glob("*.json"):
+        try:
+            head = json.loads(record.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        procs.stop_session(int(head["pid"]), head.get("started"), grace=grace)
+        shutil.rmtree(str(head.get("temp_dir", "")) or "/nonexistent", ignore_errors=True)
+        procs.release("ray-ports", int(head["block"]))
+        record.unlink(missing_ok=True)
+
+
+def status(state_dir: Path | None = None) -> tuple[bool, str]:
+    state_dir = state_dir or default_state_dir()
+    state = State.load(state_dir)
+    if state is None:
+        return False, f"testenv: not running (no state in {state_dir})"
+    lines = [f"testenv state: {state_dir}", f"KUBECONFIG={state.kubeconfig}",
+             f"apiserver: {state.apiserver}"]
+    alive = state.alive()
+    for name, comp in state.components.items():
+        mark = "up" if alive[name] else "DOWN"
+        lines.append(f"  {name:<24} {mark:<5} pid {comp['pid']} ports {comp.get('ports')}")
+    heads = state_dir / "ray-heads"
+    for record in sorted(heads.glob("*.json")) if heads.is_dir() else []:
+        head = json.loads(record.read_text())
+        lines.append(f"  ray head {head.get('pod')} @ {head.get('ip')} pid {head.get('pid')}")
+    ok = bool(alive) and all(alive.values())
+    return ok, "\n".join(lines)
+
+
+def env_lines(state_dir: Path | None = None) -> str:
+    state_dir = state_dir or default_state_dir()
+    state = State.load(state_dir)
+    if state is None:
+        raise EnvError(f"testenv not running (no state in {state_dir}); run: scripts/testenv up")
+    return (f"export KUBECONFIG={state.kubeconfig}\n"
+            f"export GITRAY_TESTENV_STATE={state_dir}\n"
+            f"export PATH={Path(state.cache) / 'bin'}:$PATH")

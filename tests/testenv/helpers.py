@@ -1,0 +1,206 @@
+"""Helpers for code that uses a running test environment (pytest fixtures, bench/, demos).
+
+Needs the `kubernetes` package (the rest of tests.testenv is stdlib only)::
+
+    from tests.testenv.helpers import TestEnv
+    env = TestEnv.from_state_dir(Path(os.environ["GITRAY_TESTENV_STATE"]))
+    env.core.list_node()
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.testenv import control, procs
+
+T = TypeVar("T")
+
+RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok "runs" the pod, the runner runs Ray
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not become true in time (an AssertionError so pytest reports it plainly)."""
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5,
+             what: str = "condition") -> T:
+    """Call `check` until it returns something truthy (returned).
+
+    Exceptions count as "not yet", except AssertionError which fails at once.
+    """
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except AssertionError:
+            raise  # a definite failure, not "not yet"
+        except Exception as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}"
+                              + (f" (last error: {last!r})" if last else ""))
+        time.sleep(interval)
+
+
+def http_json(method: str, url: str, body: object | None = None,
+              timeout: float = 10.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    text = raw.decode(errors="replace")
+    try:
+        return status, json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return status, text
+
+
+def raycluster_manifest(name: str, workers: int = 1, labels: dict[str, str] | None = None,
+                        ray_version: str = "2.60.0") -> dict[str, Any]:
+    """A small RayCluster: one head (named ports as KubeRay's samples) and one worker group."""
+    resources = {"limits": {"cpu": "1", "memory": "1Gi"},
+                 "requests": {"cpu": "100m", "memory": "256Mi"}}
+    head_ports = [
+        {"containerPort": 6379, "name": "gcs-server"},
+        {"containerPort": 8265, "name": "dashboard"},
+        {"containerPort": 10001, "name": "client"},
+        {"containerPort": 8000, "name": "serve"},
+    ]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "rayVersion": ray_version,
+            "headGroupSpec": {
+                "rayStartParams": {"dashboard-host": "0.0.0.0"},
+                "template": {"spec": {"containers": [{
+                    "name": "ray-head", "image": RAY_IMAGE, "ports": head_ports,
+                    "resources": resources}]}},
+            },
+            "workerGroupSpecs": [{
+                "groupName": "workers", "replicas": workers, "minReplicas": 0,
+                "maxReplicas": max(workers, 1), "rayStartParams": {},
+                "template": {"spec": {"containers": [{
+                    "name": "ray-worker", "image": RAY_IMAGE, "resources": resources}]}},
+            }],
+        },
+    }
+
+
+class TestEnv:
+    """A running environment: kubeconfig, API clients and waiting helpers."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, state: control.State) -> None:
+        from kubernetes import client, config
+
+        self.state = state
+        self.kubeconfig = state.kubeconfig
+        self.api_client: Any = config.new_client_from_config(config_file=state.kubeconfig)
+        self.core: Any = client.CoreV1Api(self.api_client)
+        self.custom: Any = client.CustomObjectsApi(self.api_client)
+
+    @classmethod
+    def from_state_dir(cls, state_dir: Path) -> TestEnv:
+        state = control.State.load(state_dir)
+        if state is None:
+            raise control.EnvError(f"no running test environment in {state_dir}")
+        return cls(state)
+
+    @property
+    def pod_network(self) -> str:
+        """The /16 (inside 127.0.0.0/8) this environment's pod IPs come from."""
+        return self.state.pod_network
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        return control.kubectl(self.state, *args, stdin=stdin).stdout
+
+    # -- RayClusters ----------------------------------------------------------------------
+    def create_raycluster(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters", body)
+        return result
+
+    def delete_raycluster(self, namespace: str, name: str) -> None:
+        self.custom.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)
+
+    def cluster_pods(self, namespace: str, cluster: str, node_type: str | None = None) -> list[Any]:
+        selector = f"ray.io/cluster={cluster}"
+        if node_type:
+            selector += f",ray.io/node-type={node_type}"
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def wait_head_pod(self, namespace: str, cluster: str, timeout: float = 90) -> Any:
+        """The cluster's head pod once kwok reports it Running with a pod IP."""
+        def ready() -> Any:
+            for pod in self.cluster_pods(namespace, cluster, "head"):
+                if pod.status.phase == "Running" and pod.status.pod_ip:
+                    return pod
+            return None
+        return wait_for(ready, timeout, what=f"head pod of {namespace}/{cluster} Running")
+
+    # -- Ray heads (started by the runner) ------------------------------------------------
+    def ray_heads(self) -> list[dict[str, Any]]:
+        """Records of the Ray heads the runner currently runs (pod, ip, pid, ports, ...)."""
+        out = []
+        folder = self.state.dir / "ray-heads"
+        for record in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                out.append(json.loads(record.read_text()))
+            except (OSError, json.JSONDecodeError):
+                continue
+        return out
+
+    def ray_head_for(self, pod_ip: str) -> dict[str, Any] | None:
+        return next((h for h in self.ray_heads() if h["ip"] == pod_ip), None)
+
+    @staticmethod
+    def ray_head_alive(record: dict[str, Any]) -> bool:
+        """Whether any process of that Ray head (its session) is still running."""
+        pid = int(record["pid"])
+        return procs.alive(pid, record.get("started")) or bool(procs.session_members(pid))
+
+    @staticmethod
+    def dashboard_url(pod: Any, port: int = 8265) -> str:
+        return f"http://{pod.status.pod_ip}:{port}"
+
+    def wait_dashboard(self, pod: Any, timeout: float = 120) -> str:
+        """Wait until the Ray dashboard on the pod IP answers the Serve REST API; returns URL."""
+        url = self.dashboard_url(pod)
+
+        def answers() -> bool:
+            status, _ = http_json("GET", f"{url}/api/serve/applications/", timeout=5)
+            return status == 200
+        wait_for(answers, timeout, interval=1, what=f"Ray dashboard at {url}")
+        return url
+
+    def wait_serve_running(self, dashboard: str, app: str, timeout: float = 120) -> dict[str, Any]:
+        """Wait for Serve application `app` to be RUNNING; fails fast on DEPLOY_FAILED."""
+        def running() -> dict[str, Any] | None:
+            status, body = http_json("GET", f"{dashboard}/api/serve/applications/", timeout=5)
+            if status != 200:
+                return None
+            info = (body.get("applications") or {}).get(app)
+            if info and info.get("status") == "DEPLOY_FAILED":
+                raise AssertionError(f"{app} DEPLOY_FAILED: {info.get('message')}")
+            return info if info and info.get("status") == "RUNNING" else None
+        return wait_for(running, timeout, interval=1, what=f"Serve app {app} RUNNING")
