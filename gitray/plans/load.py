@@ -1,0 +1,428 @@
+"""A repository snapshot (bytes) -> validated workloads, or every problem in it. Pure, no I/O.
+
+The caller (``gitray.sync.source``) reads the files; this module only parses. A revision is
+all-or-nothing: ``LoadResult.diagnostics`` non-empty means the revision is invalid, and then
+``workloads`` is empty so nothing from it can be applied (or pruned against) by mistake.
+
+Limits that keep hostile repositories cheap (the source layer applies the same ones while
+reading): ``MAX_FILE_BYTES`` per file, ``MAX_TOTAL_BYTES`` and ``MAX_FILES`` per revision, plus
+the YAML limits of ``gitray.plans.yamlsafe`` (nesting depth, alias expansion).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from gitray.config import CLUSTER_SCOPED_KINDS, CONFIG_FILE, Config, config_diagnostics
+from gitray.model import (
+    ANN_WAVE,
+    API_VERSION_RAY,
+    Diagnostic,
+    Kind,
+    ObjectKey,
+    SourceLocation,
+    Workload,
+)
+from gitray.plans.globs import matches_any
+from gitray.plans.jsonschemas import schema_errors
+from gitray.plans.rules import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    MAX_RAY_NAME,
+    check_rules,
+)
+from gitray.plans.yamlsafe import YamlDocument, decode_text, format_path, parse_documents
+
+__all__ = [
+    "MANIFEST_SUFFIXES",
+    "MAX_FILES",
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "LoadResult",
+    "RepoFile",
+    "Snapshot",
+    "is_manifest_name",
+    "load_snapshot",
+]
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_TOTAL_BYTES = 64 * 1024 * 1024
+MAX_FILES = 5000
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+_RAY_KINDS = frozenset(k.value for k in Kind)
+_WAVE = re.compile(r"^[-+]?[0-9]{1,6}$")
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """One file of a snapshot. ``data`` is None when it was not read, and ``problem`` says why."""
+
+    path: str  # posix path relative to the repository root, e.g. "services/text.yaml"
+    data: bytes | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The files of one revision of a repository (only those that may matter to gitray)."""
+
+    revision: str  # full commit SHA, or "worktree" for an uncommitted directory
+    label: str  # for people: "examples-repo (working tree)", "1a2b3c4 (main)"
+    files: tuple[RepoFile, ...]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    config: Config
+    workloads: tuple[Workload, ...]  # Ray workloads and supporting objects, sorted by key
+    diagnostics: tuple[Diagnostic, ...]  # sorted; non-empty => the revision is invalid
+
+
+def is_manifest_name(path: str) -> bool:
+    """Whether a file could hold manifests (the cheap test the source layer uses)."""
+    return path.lower().endswith(MANIFEST_SUFFIXES)
+
+
+def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None) -> LoadResult:
+    """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``."""
+    by_path = {f.path: f for f in snapshot.files}
+    config_file = by_path.get(CONFIG_FILE)
+    if config_file is not None and config_file.data is None:
+        problem = config_file.problem or "it could not be read"
+        diagnostic = Diagnostic(SourceLocation(CONFIG_FILE), f"not read: {problem}")
+        return LoadResult(Config(), (), (diagnostic,))
+    config, config_problems = config_diagnostics(
+        config_file.data if config_file else None, CONFIG_FILE, overrides
+    )
+    if config_problems:
+        return LoadResult(config, (), config_problems)
+
+    diagnostics: list[Diagnostic] = []
+    workloads: list[Workload] = []
+    for repo_file in _selected(snapshot, config, diagnostics):
+        for document in _documents(repo_file, diagnostics):
+            workload = _workload(document, config, diagnostics)
+            if workload is not None:
+                workloads.append(workload)
+    _check_duplicates(workloads, diagnostics)
+    if diagnostics:
+        return LoadResult(config, (), tuple(sorted(set(diagnostics))))
+    return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), ())
+
+
+def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic]) -> list[RepoFile]:
+    chosen: list[RepoFile] = []
+    total = 0
+    for repo_file in sorted(snapshot.files, key=lambda f: f.path):
+        path = repo_file.path
+        if path == CONFIG_FILE or not is_manifest_name(path):
+            continue
+        if not matches_any(path, config.paths) or matches_any(path, config.exclude):
+            continue
+        where = SourceLocation(path)
+        if len(chosen) >= MAX_FILES:
+            diagnostics.append(
+                Diagnostic(
+                    where,
+                    f"more than {MAX_FILES} YAML files to scan; narrow 'paths' or add "
+                    "'exclude' globs in gitray.yaml (this and later files were not read)",
+                )
+            )
+            break
+        total += len(repo_file.data or b"")
+        if total > MAX_TOTAL_BYTES:
+            diagnostics.append(
+                Diagnostic(
+                    where,
+                    f"the YAML files to scan exceed {_mib(MAX_TOTAL_BYTES)} in total; narrow "
+                    "'paths' or add 'exclude' globs in gitray.yaml (this and later files were "
+                    "not read)",
+                )
+            )
+            break
+        chosen.append(repo_file)
+    return chosen
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB".replace(".0 MiB", " MiB")
+
+
+def _documents(repo_file: RepoFile, diagnostics: list[Diagnostic]) -> list[YamlDocument]:
+    where = SourceLocation(repo_file.path)
+    if repo_file.data is None:
+        problem = repo_file.problem or "it could not be read"
+        diagnostics.append(Diagnostic(where, f"not read: {problem}"))
+        return []
+    if len(repo_file.data) > MAX_FILE_BYTES:
+        diagnostics.append(
+            Diagnostic(
+                where,
+                f"file is {_mib(len(repo_file.data))}, over the {_mib(MAX_FILE_BYTES)} limit",
+            )
+        )
+        return []
+    text, undecodable = decode_text(repo_file.data, repo_file.path)
+    if text is None:
+        diagnostics.append(undecodable or Diagnostic(where, "not readable as text"))
+        return []
+    documents, problems = parse_documents(text, repo_file.path)
+    diagnostics.extend(problems)
+    return documents
+
+
+def _workload(
+    document: YamlDocument, config: Config, diagnostics: list[Diagnostic]
+) -> Workload | None:
+    value = document.value
+    if not isinstance(value, dict):
+        got = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+        diagnostics.append(
+            Diagnostic(
+                document.start,
+                f"a manifest must be a mapping with apiVersion, kind and metadata, not {got}",
+            )
+        )
+        return None
+    kind = _kind(document, config, diagnostics)
+    if kind is None:
+        return None
+    identity = _identity(document, kind, config, diagnostics)
+    problems = check_rules(kind, document)
+    if kind in _RAY_KINDS:
+        problems += _schema_problems(document, kind)
+    diagnostics.extend(problems)
+    if identity is None or problems:
+        return None
+    namespace, name, wave = identity
+    manifest: dict[str, Any] = json.loads(json.dumps(value))  # an independent plain tree
+    manifest["metadata"]["namespace"] = namespace
+    return Workload(
+        key=ObjectKey(kind, namespace, name),
+        api_version=value["apiVersion"],
+        manifest=manifest,
+        source=document.start,
+        wave=wave,
+    )
+
+
+def _kind(document: YamlDocument, config: Config, diagnostics: list[Diagnostic]) -> str | None:
+    value = document.value
+    kind, api_version = value.get("kind"), value.get("apiVersion")
+    problems = len(diagnostics)
+    if not isinstance(kind, str) or not kind:
+        where = document.locate(("kind",)) if "kind" in value else document.start
+        diagnostics.append(Diagnostic(where, "missing kind (a string such as RayService)"))
+    if not isinstance(api_version, str) or not api_version:
+        where = document.locate(("apiVersion",)) if "apiVersion" in value else document.start
+        diagnostics.append(Diagnostic(where, "missing apiVersion (a string such as ray.io/v1)"))
+    if len(diagnostics) > problems:
+        return None
+    assert isinstance(kind, str)
+    where = document.locate(("kind",))
+    if kind in _RAY_KINDS:
+        if api_version != API_VERSION_RAY:
+            diagnostics.append(
+                Diagnostic(
+                    document.locate(("apiVersion",)),
+                    f"{kind} must use apiVersion {API_VERSION_RAY}, not {api_version!r}",
+                )
+            )
+            return None
+        return kind
+    if kind in config.supporting_kinds:
+        return kind
+    if kind in CLUSTER_SCOPED_KINDS:
+        message = (
+            f"{kind} is cluster-scoped; gitray only applies namespaced objects: create it "
+            "outside gitray or exclude this file in gitray.yaml"
+        )
+    else:
+        listed = ", ".join(config.supporting_kinds) or "none"
+        message = (
+            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService or a "
+            f"supporting kind ({listed}); add it to supportingKinds in gitray.yaml or exclude "
+            "this file"
+        )
+    diagnostics.append(Diagnostic(where, message))
+    return None
+
+
+def _identity(
+    document: YamlDocument, kind: str, config: Config, diagnostics: list[Diagnostic]
+) -> tuple[str, str, int] | None:
+    """(namespace, name, wave) of a manifest, or None after reporting why not."""
+    meta = document.value.get("metadata")
+    if not isinstance(meta, dict):
+        where = document.locate(("metadata",)) if "metadata" in document.value else document.start
+        diagnostics.append(Diagnostic(where, "missing metadata (a mapping with a name)"))
+        return None
+    before = len(diagnostics)
+    name = _name(document, kind, meta, diagnostics)
+    namespace = _namespace(document, meta, config, diagnostics)
+    _string_map(document, meta, "labels", diagnostics)
+    _string_map(document, meta, "annotations", diagnostics)
+    wave = _wave(document, meta, diagnostics)
+    if "generateName" in meta:
+        diagnostics.append(
+            Diagnostic(
+                document.locate(("metadata", "generateName")),
+                "metadata.generateName is not supported: gitray needs a fixed metadata.name",
+            )
+        )
+    if len(diagnostics) > before or name is None or namespace is None:
+        return None
+    return namespace, name, wave
+
+
+def _name(
+    document: YamlDocument, kind: str, meta: dict[str, Any], diagnostics: list[Diagnostic]
+) -> str | None:
+    name = meta.get("name")
+    where = document.locate(("metadata", "name")) if "name" in meta else document.locate(
+        ("metadata",)
+    )
+    if not isinstance(name, str) or not name:
+        diagnostics.append(Diagnostic(where, "missing metadata.name"))
+        return None
+    if kind in _RAY_KINDS:
+        if len(name) > MAX_RAY_NAME:
+            diagnostics.append(
+                Diagnostic(
+                    where,
+                    f"{kind} name {name!r} is {len(name)} characters; gitray allows at most "
+                    f"{MAX_RAY_NAME} so the names it derives (<name>-<hash>-serve-svc) fit "
+                    "Kubernetes' 63",
+                )
+            )
+            return None
+        if not DNS1035_LABEL.match(name):
+            diagnostics.append(
+                Diagnostic(
+                    where,
+                    f"metadata.name {name!r} is not a valid {kind} name: lowercase letters, "
+                    "digits and '-', starting with a letter (DNS-1035 label)",
+                )
+            )
+            return None
+    elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        diagnostics.append(
+            Diagnostic(
+                where,
+                f"metadata.name {name!r} is not a valid name: lowercase letters, digits, '-' "
+                "and '.', at most 253 characters (DNS-1123 subdomain)",
+            )
+        )
+        return None
+    return name
+
+
+def _namespace(
+    document: YamlDocument, meta: dict[str, Any], config: Config, diagnostics: list[Diagnostic]
+) -> str | None:
+    if "namespace" in meta:
+        namespace = meta["namespace"]
+        where = document.locate(("metadata", "namespace"))
+        if not isinstance(namespace, str) or not DNS1123_LABEL.match(namespace) or len(
+            namespace
+        ) > 63:
+            diagnostics.append(
+                Diagnostic(
+                    where,
+                    f"metadata.namespace {namespace!r} is not a valid namespace name: "
+                    "lowercase letters, digits and '-', at most 63 characters",
+                )
+            )
+            return None
+        origin = ""
+    else:
+        namespace = config.default_namespace
+        where = document.locate(("metadata",))
+        origin = " (from defaultNamespace)"
+    if not any(fnmatchcase(namespace, glob) for glob in config.allowed_namespaces):
+        allowed = ", ".join(config.allowed_namespaces)
+        diagnostics.append(
+            Diagnostic(
+                where,
+                f"namespace {namespace!r}{origin} is not in allowedNamespaces ({allowed}) of "
+                "gitray.yaml",
+            )
+        )
+        return None
+    return str(namespace)
+
+
+def _string_map(
+    document: YamlDocument, meta: dict[str, Any], field: str, diagnostics: list[Diagnostic]
+) -> None:
+    values = meta.get(field)
+    if values is None:
+        return
+    if not isinstance(values, dict):
+        diagnostics.append(
+            Diagnostic(document.locate(("metadata", field)), f"metadata.{field} must be a mapping")
+        )
+        return
+    for key, value in values.items():
+        if not isinstance(value, str):
+            diagnostics.append(
+                Diagnostic(
+                    document.locate(("metadata", field, key)),
+                    f"metadata.{field}.{key} must be a string; quote the value",
+                )
+            )
+
+
+def _wave(document: YamlDocument, meta: dict[str, Any], diagnostics: list[Diagnostic]) -> int:
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict) or ANN_WAVE not in annotations:
+        return 0
+    text = annotations[ANN_WAVE]
+    if isinstance(text, str) and _WAVE.match(text.strip()):
+        return int(text.strip())
+    if isinstance(text, str):  # a non-string value was reported by _string_map
+        diagnostics.append(
+            Diagnostic(
+                document.locate(("metadata", "annotations", ANN_WAVE)),
+                f"annotation {ANN_WAVE} must be an integer such as \"1\" or \"-2\", "
+                f"not {text!r}",
+            )
+        )
+    return 0
+
+
+def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
+    problems = []
+    for path, message in schema_errors(f"{kind.lower()}.schema.json", document.value):
+        if path[:1] in (("apiVersion",), ("kind",), ("metadata",)) or path == (
+            "spec",
+            "serveConfigV2",
+        ):
+            continue  # reported by the loader's own, clearer checks
+        if not path and "'metadata'" in message:
+            continue
+        where = document.locate(path)
+        problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
+    return problems
+
+
+def _check_duplicates(workloads: list[Workload], diagnostics: list[Diagnostic]) -> None:
+    seen: dict[ObjectKey, SourceLocation] = {}
+    for workload in sorted(workloads, key=lambda w: w.source):
+        first = seen.setdefault(workload.key, workload.source)
+        if first is not workload.source:
+            key = workload.key
+            diagnostics.append(
+                Diagnostic(
+                    workload.source,
+                    f"{key.kind} {key.namespace}/{key.name} is defined twice: here and at "
+                    f"{first}",
+                )
+            )

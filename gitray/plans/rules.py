@@ -1,0 +1,171 @@
+"""gitray's own rules for manifests, beyond the KubeRay CRD schemas. Pure, no I/O.
+
+- Ray workload names are DNS-1035 labels of at most ``MAX_RAY_NAME`` characters: gitray derives
+  ``<name>-<5-char hash>`` (a RayService cluster, a RayJob run), and ``<cluster>-serve-svc`` and
+  KubeRay's ``<cluster>-head-svc`` must still fit Kubernetes' 63-character limit.
+- A RayService needs ``spec.rayClusterConfig`` and a ``spec.serveConfigV2`` string that parses as
+  YAML into Serve's deploy shape: a non-empty ``applications`` list, each with an
+  ``import_path``, names (default ``default``) and route prefixes (``/...``) unique.
+- ConfigMap ``data``/``binaryData`` values are strings (the API server rejects anything else).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gitray.model import Diagnostic, Kind, SourceLocation
+from gitray.plans.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
+
+__all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
+
+MAX_RAY_NAME = 47  # 47 + len("-12345") = 53; 53 + len("-serve-svc") = 63
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+_SERVE = ("spec", "serveConfigV2")
+
+
+def check_rules(kind: str, document: YamlDocument) -> list[Diagnostic]:
+    """Problems with gitray's rules for one manifest (identity checks are the loader's)."""
+    manifest = document.value
+    spec = manifest.get("spec")
+    if kind == Kind.RAY_SERVICE:
+        return _rayservice(document, spec if isinstance(spec, dict) else {})
+    if kind == "ConfigMap":
+        return _configmap(document, manifest)
+    return []
+
+
+def _rayservice(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
+    problems: list[Diagnostic] = []
+    if not isinstance(spec.get("rayClusterConfig"), dict):
+        problems.append(
+            Diagnostic(
+                document.locate(("spec",)),
+                "spec.rayClusterConfig is required: it describes the cluster serving this "
+                "RayService",
+            )
+        )
+    if "serveConfigV2" not in spec:
+        problems.append(
+            Diagnostic(
+                document.locate(("spec",)),
+                "spec.serveConfigV2 is required: gitray deploys it to the cluster's Serve",
+            )
+        )
+        return problems
+    text = spec["serveConfigV2"]
+    if not isinstance(text, str):
+        problems.append(
+            Diagnostic(
+                document.locate(_SERVE),
+                "spec.serveConfigV2 must be a string holding YAML; write it as a block: "
+                "'serveConfigV2: |'",
+            )
+        )
+        return problems
+    problems.extend(_serve_config(document, text))
+    return problems
+
+
+def _serve_config(document: YamlDocument, text: str) -> list[Diagnostic]:
+    key = document.locate(_SERVE)
+    literal = document.literals.get(_SERVE)
+
+    def at(inner: SourceLocation | None, message: str) -> Diagnostic:
+        if inner is None:
+            return Diagnostic(key, f"spec.serveConfigV2: {message}")
+        if literal is not None:
+            first_line, indent = literal
+            where = SourceLocation(key.path, first_line + inner.line - 1, indent + inner.col)
+            return Diagnostic(where, f"spec.serveConfigV2: {message}")
+        return Diagnostic(key, f"spec.serveConfigV2 (its line {inner.line}): {message}")
+
+    inner_docs, problems = parse_documents(text, key.path)
+    if problems:
+        return [at(p.location, p.message) for p in problems]
+    if not inner_docs:
+        return [at(None, "is empty; it needs an 'applications' list")]
+    if len(inner_docs) > 1:
+        return [at(inner_docs[1].start, "must be a single YAML document")]
+    config = inner_docs[0]
+    if not isinstance(config.value, dict):
+        return [at(config.start, "must be a mapping with an 'applications' list")]
+    apps = config.value.get("applications")
+    if not isinstance(apps, list) or not apps:
+        where = config.locate(("applications",)) if "applications" in config.value else None
+        return [at(where, "needs a non-empty 'applications' list")]
+    return [at(config.locate(path), message) for path, message in _applications(apps)]
+
+
+def _applications(apps: list[Any]) -> list[tuple[JsonPath, str]]:
+    problems: list[tuple[JsonPath, str]] = []
+    names: dict[str, int] = {}
+    prefixes: dict[str, int] = {}
+    for index, app in enumerate(apps):
+        here: JsonPath = ("applications", index)
+        label = format_path(here)
+        if not isinstance(app, dict):
+            problems.append((here, f"{label} must be a mapping with an import_path"))
+            continue
+        import_path = app.get("import_path")
+        if not isinstance(import_path, str) or not import_path.strip():
+            problems.append((here, f"{label} needs an import_path like 'package.module:app'"))
+        elif any(c.isspace() for c in import_path) or not re.search(r"[.:]", import_path):
+            problems.append(
+                ((*here, "import_path"), f"{label}.import_path {import_path!r} is not "
+                 "'module:attribute' or 'module.attribute'")
+            )
+        name = app.get("name", "default")
+        if not isinstance(name, str) or not name:
+            problems.append(((*here, "name"), f"{label}.name must be a non-empty string"))
+        elif name in names:
+            problems.append(
+                ((*here, "name") if "name" in app else here,
+                 f"application name {name!r} is used twice (applications[{names[name]}] "
+                 "has it too); Serve needs unique names")
+            )
+        else:
+            names[name] = index
+        prefix = app.get("route_prefix")
+        if prefix is None:
+            continue
+        if not isinstance(prefix, str) or not prefix.startswith("/"):
+            problems.append(
+                ((*here, "route_prefix"), f"{label}.route_prefix must start with '/'")
+            )
+        elif prefix in prefixes:
+            problems.append(
+                ((*here, "route_prefix"),
+                 f"route_prefix {prefix!r} is used twice (applications[{prefixes[prefix]}] "
+                 "has it too)")
+            )
+        else:
+            prefixes[prefix] = index
+    return problems
+
+
+def _configmap(document: YamlDocument, manifest: dict[str, Any]) -> list[Diagnostic]:
+    problems: list[Diagnostic] = []
+    for section in ("data", "binaryData"):
+        values = manifest.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            problems.append(
+                Diagnostic(document.locate((section,)), f"{section} must be a mapping")
+            )
+            continue
+        for name, value in values.items():
+            if not isinstance(value, str):
+                problems.append(
+                    Diagnostic(
+                        document.locate((section, name)),
+                        f"{section}.{name} must be a string; quote the value",
+                    )
+                )
+    return problems

@@ -1,0 +1,444 @@
+"""Hostile-input-safe YAML reading: text in, plain JSON-safe values with locations out. Pure.
+
+ruamel.yaml only *parses* here (its parser is an iterative state machine, so deep nesting
+cannot exhaust Python's stack); the values are built from the event stream by this module, which
+is where every limit is enforced:
+
+- no object is ever constructed from a tag: only the YAML core schema (str, int, float, bool,
+  null, map, seq) is accepted, anything else (``!!python/object``, ``!foo``) is a diagnostic;
+- nesting deeper than ``MAX_DEPTH`` stops the file;
+- aliases are expanded by *reference*, and the number of nodes they would add is counted: more
+  than ``MAX_ALIAS_NODES`` (a "billion laughs" bomb) stops the file before any memory is spent;
+- duplicate mapping keys and non-scalar keys are diagnostics (Kubernetes rejects them too).
+
+Every mapping entry and sequence item gets a ``SourceLocation``, keyed by its path from the
+document root, so later checks (JSON Schema, gitray's rules) can point at the exact line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionStartEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    Event,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+)
+from ruamel.yaml.reader import ReaderError
+
+from gitray.model import Diagnostic, SourceLocation
+
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
+    "JsonPath",
+    "YamlDocument",
+    "decode_text",
+    "format_path",
+    "parse_documents",
+]
+
+MAX_DEPTH = 64  # Kubernetes manifests nest ~20 deep; more is a mistake or an attack
+MAX_ALIAS_NODES = 100_000  # nodes that alias expansion may add to one file
+
+JsonPath = tuple[str | int, ...]
+
+_CORE = "tag:yaml.org,2002:"
+_NULL = re.compile(r"^(|~|null|Null|NULL)$")
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_INT10 = re.compile(r"^[-+]?[0-9]+$")
+_INT8 = re.compile(r"^0o[0-7]+$")
+_INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
+_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+_INF = re.compile(r"^[-+]?\.(inf|Inf|INF)$")
+_NAN = re.compile(r"^\.(nan|NaN|NAN)$")
+_MAX_INT_DIGITS = 64
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """One non-empty YAML document as plain data, with where each part of it was written."""
+
+    value: Any
+    start: SourceLocation
+    locations: Mapping[JsonPath, SourceLocation] = field(repr=False)
+    # literal block scalars (``key: |``): path -> (file line of the text's first line, indent)
+    literals: Mapping[JsonPath, tuple[int, int]] = field(repr=False, default_factory=dict)
+
+    def locate(self, path: JsonPath) -> SourceLocation:
+        """The location of ``path``, or of its nearest ancestor that has one."""
+        for end in range(len(path), -1, -1):
+            location = self.locations.get(tuple(path[:end]))
+            if location is not None:
+                return location
+        return self.start
+
+
+class _Stop(Exception):
+    """A problem after which the rest of the file cannot be trusted."""
+
+    def __init__(self, location: SourceLocation, message: str) -> None:
+        super().__init__(message)
+        self.location = location
+        self.message = message
+
+
+def format_path(path: JsonPath) -> str:
+    """``("spec", "workerGroupSpecs", 0, "replicas")`` -> ``spec.workerGroupSpecs[0].replicas``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "(document)"
+
+
+def decode_text(data: bytes, path: str) -> tuple[str | None, Diagnostic | None]:
+    """UTF-8 text of a file, or a diagnostic for binary or non-UTF-8 content."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return None, Diagnostic(
+            _byte_location(data, nul, path), "binary file (contains NUL bytes); not YAML"
+        )
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as err:
+        return None, Diagnostic(
+            _byte_location(data, err.start, path),
+            f"not valid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8",
+        )
+
+
+def _byte_location(data: bytes, offset: int, path: str) -> SourceLocation:
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    return SourceLocation(path, data.count(b"\n", 0, offset) + 1, offset - line_start + 1)
+
+
+def parse_documents(text: str, path: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
+    """Every non-empty document of ``text``; on a fatal problem, the ones before it."""
+    builder = _Builder(text, path)
+    try:
+        for event in _events(text):
+            builder.feed(event)
+    except _Stop as stop:
+        builder.diagnostics.append(Diagnostic(stop.location, stop.message))
+    except MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = _loc(path, mark) if mark is not None else SourceLocation(path)
+        problem = err.problem or err.context or "invalid YAML"
+        context = f" ({err.context})" if err.context and err.problem else ""
+        builder.diagnostics.append(Diagnostic(where, f"YAML syntax error: {problem}{context}"))
+    except ReaderError as err:
+        builder.diagnostics.append(
+            Diagnostic(
+                _char_location(text, err.position, path),
+                f"character {_char_name(err.character)} is not allowed in YAML",
+            )
+        )
+    except YAMLError as err:  # any other parser complaint: still one line, never a traceback
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid YAML"
+        builder.diagnostics.append(Diagnostic(SourceLocation(path), f"YAML error: {first}"))
+    return builder.documents, builder.diagnostics
+
+
+def _events(text: str) -> Iterator[Event]:
+    yaml = YAML(typ="rt", pure=True)
+    yield from yaml.parse(text)
+
+
+def _char_name(character: object) -> str:
+    if isinstance(character, int):
+        return f"#x{character:04x}"
+    if isinstance(character, str) and len(character) == 1:
+        return f"#x{ord(character):04x}"
+    return repr(character)
+
+
+def _char_location(text: str, position: int, path: str) -> SourceLocation:
+    position = max(0, min(position, len(text)))
+    line_start = text.rfind("\n", 0, position) + 1
+    return SourceLocation(path, text.count("\n", 0, position) + 1, position - line_start + 1)
+
+
+def _loc(path: str, mark: Any) -> SourceLocation:
+    return SourceLocation(path, int(mark.line) + 1, int(mark.column) + 1)
+
+
+def _tag_text(tag: object) -> str | None:
+    value = getattr(tag, "value", tag)
+    return None if value is None else str(value)
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len(_CORE) :] if tag.startswith(_CORE) else tag
+
+
+@dataclass
+class _Frame:
+    container: dict[str, Any] | list[Any]
+    path: JsonPath
+    anchor: str | None
+    location: SourceLocation
+    size: int = 1
+    key: str | None = None  # mapping: the key waiting for its value
+    key_location: SourceLocation | None = None
+    merge_pending: bool = False
+    merges: list[tuple[Any, SourceLocation]] = field(default_factory=list)
+
+
+class _Builder:
+    """Turns parser events into plain values, enforcing the limits in the module docstring."""
+
+    def __init__(self, text: str, path: str) -> None:
+        self.text = text
+        self.path = path
+        self.documents: list[YamlDocument] = []
+        self.diagnostics: list[Diagnostic] = []
+        self.alias_nodes = 0
+        self._line_starts: list[int] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.locations: dict[JsonPath, SourceLocation] = {}
+        self.literals: dict[JsonPath, tuple[int, int]] = {}
+        self.root: Any = None
+        self.root_location = SourceLocation(self.path)
+
+    def feed(self, event: Event) -> None:
+        if isinstance(event, DocumentStartEvent):
+            self._reset()
+            self.root_location = _loc(self.path, event.start_mark)
+        elif isinstance(event, DocumentEndEvent):
+            if self.root is not None:
+                self.documents.append(
+                    YamlDocument(self.root, self.root_location, self.locations, self.literals)
+                )
+        elif isinstance(event, ScalarEvent):
+            self._scalar(event)
+        elif isinstance(event, AliasEvent):
+            self._alias(event)
+        elif isinstance(event, CollectionStartEvent):
+            self._start(event)
+        elif isinstance(event, MappingEndEvent | SequenceEndEvent):
+            self._end()
+
+    # -- values ---------------------------------------------------------------------------
+
+    def _scalar(self, event: ScalarEvent) -> None:
+        location = _loc(self.path, event.start_mark)
+        if self._take_key(event, location):
+            return
+        value = self._resolve(event, location)
+        path = self._child_path(location)
+        if event.style == "|":
+            self.literals[path] = self._literal_origin(event)
+        self._anchor(event.anchor, value, 1)
+        self._add(value, 1, location)
+
+    def _alias(self, event: AliasEvent) -> None:
+        location = _loc(self.path, event.start_mark)
+        anchor = str(event.anchor)
+        if anchor not in self.anchors:
+            if any(frame.anchor == anchor for frame in self.stack):
+                raise _Stop(location, f"alias *{anchor} refers to a node that contains it")
+            raise _Stop(location, f"alias *{anchor} refers to an undefined anchor")
+        value, size = self.anchors[anchor]
+        if self._expecting_key():
+            if isinstance(value, dict | list):
+                raise _Stop(location, "a mapping key must be a plain value, not an alias")
+            self._set_key(str(value), location)
+            return
+        self.alias_nodes += size
+        if self.alias_nodes > MAX_ALIAS_NODES:
+            raise _Stop(
+                location,
+                f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes "
+                "(an alias bomb?); write the values out instead",
+            )
+        self._child_path(location)
+        self._add(value, size, location)
+
+    def _start(self, event: CollectionStartEvent) -> None:
+        location = _loc(self.path, event.start_mark)
+        if self._expecting_key():
+            raise _Stop(location, "a mapping key must be a plain value, not a mapping or list")
+        if len(self.stack) >= MAX_DEPTH:
+            raise _Stop(location, f"nesting deeper than {MAX_DEPTH} levels")
+        is_map = isinstance(event, MappingStartEvent)
+        expected = _CORE + ("map" if is_map else "seq")
+        tag = _tag_text(event.tag)
+        if tag not in (None, "!", expected):
+            self.diagnostics.append(Diagnostic(location, self._bad_tag(tag)))
+        path = self._child_path(location)
+        container: dict[str, Any] | list[Any] = {} if is_map else []
+        anchor = None if event.anchor is None else str(event.anchor)
+        self.stack.append(_Frame(container, path, anchor, location))
+
+    def _end(self) -> None:
+        frame = self.stack.pop()
+        if isinstance(frame.container, dict):
+            self._apply_merges(frame)
+        self._anchor(frame.anchor, frame.container, frame.size)
+        self._add(frame.container, frame.size, frame.location)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _expecting_key(self) -> bool:
+        if not self.stack:
+            return False
+        frame = self.stack[-1]
+        return isinstance(frame.container, dict) and frame.key is None and not frame.merge_pending
+
+    def _take_key(self, event: ScalarEvent, location: SourceLocation) -> bool:
+        if not self._expecting_key():
+            return False
+        frame = self.stack[-1]
+        text = str(event.value)
+        if event.style is None and text == "<<" and _tag_text(event.tag) in (None, _CORE + "merge"):
+            frame.merge_pending = True
+            frame.key_location = location
+            return True
+        self._set_key(text, location)
+        return True
+
+    def _set_key(self, text: str, location: SourceLocation) -> None:
+        frame = self.stack[-1]
+        assert isinstance(frame.container, dict)
+        path = (*frame.path, text)
+        if text in frame.container or path in self.locations:
+            first = self.locations.get(path)
+            where = f" (first at line {first.line})" if first else ""
+            self.diagnostics.append(Diagnostic(location, f"duplicate key {text!r}{where}"))
+            frame.key = "\x00duplicate"  # the value is read and dropped
+        else:
+            frame.key = text
+        frame.key_location = location
+
+    def _child_path(self, location: SourceLocation) -> JsonPath:
+        """Path of the value about to be added; records its location."""
+        if not self.stack:
+            return ()
+        frame = self.stack[-1]
+        if isinstance(frame.container, list):
+            path: JsonPath = (*frame.path, len(frame.container))
+            self.locations[path] = location
+            return path
+        if frame.merge_pending or frame.key is None:
+            return (*frame.path, "\x00merge")  # merged values are located at their ``<<``
+        path = (*frame.path, frame.key)
+        if frame.key_location is not None and not frame.key.startswith("\x00"):
+            self.locations[path] = frame.key_location
+        return path
+
+    def _add(self, value: Any, size: int, location: SourceLocation) -> None:
+        if not self.stack:
+            self.root = value
+            self.root_location = location
+            return
+        frame = self.stack[-1]
+        frame.size += size
+        if isinstance(frame.container, list):
+            frame.container.append(value)
+        elif frame.merge_pending:
+            frame.merges.append((value, frame.key_location or location))
+            frame.merge_pending = False
+        else:
+            key = frame.key
+            frame.key = None
+            if key is not None and not key.startswith("\x00"):
+                frame.container[key] = value
+
+    def _apply_merges(self, frame: _Frame) -> None:
+        assert isinstance(frame.container, dict)
+        for value, location in frame.merges:
+            sources = value if isinstance(value, list) else [value]
+            for source in sources:
+                if not isinstance(source, dict):
+                    self.diagnostics.append(
+                        Diagnostic(location, "a merge key (<<) needs a mapping or a list of them")
+                    )
+                    continue
+                for key, item in source.items():
+                    frame.container.setdefault(key, item)
+
+    def _anchor(self, anchor: object, value: Any, size: int) -> None:
+        if anchor is not None:
+            self.anchors[str(anchor)] = (value, size)
+
+    def _resolve(self, event: ScalarEvent, location: SourceLocation) -> Any:
+        text = str(event.value)
+        tag = _tag_text(event.tag)
+        if tag in (None, "!"):
+            if event.style is not None or tag == "!":
+                return text
+            return self._implicit(text, location)
+        if tag in (_CORE + "str", _CORE + "timestamp", _CORE + "binary"):
+            return text
+        if tag in (_CORE + "int", _CORE + "float", _CORE + "bool", _CORE + "null"):
+            value = self._implicit(text, location)
+            name = tag[len(_CORE) :]
+            wanted = {"int": int, "float": float, "bool": bool, "null": type(None)}[name]
+            if isinstance(value, wanted) and not (wanted is int and isinstance(value, bool)):
+                return value
+            if wanted is float and isinstance(value, int) and not isinstance(value, bool):
+                return float(value)
+            self.diagnostics.append(Diagnostic(location, f"{text!r} is not a valid {name}"))
+            return None
+        self.diagnostics.append(Diagnostic(location, self._bad_tag(tag)))
+        return None
+
+    def _implicit(self, text: str, location: SourceLocation) -> Any:
+        if _NULL.match(text):
+            return None
+        if text in _BOOL:
+            return _BOOL[text]
+        if _INT10.match(text) or _INT8.match(text) or _INT16.match(text):
+            if len(text) > _MAX_INT_DIGITS:
+                self.diagnostics.append(Diagnostic(location, "number too large; quote it"))
+                return text
+            if _INT8.match(text):
+                return int(text[2:], 8)
+            return int(text, 16) if _INT16.match(text) else int(text)
+        if _FLOAT.match(text) or _INF.match(text) or _NAN.match(text):
+            number = float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+            if _NAN.match(text) or math.isinf(number):
+                self.diagnostics.append(
+                    Diagnostic(location, f"{text} is not a valid JSON number; quote it")
+                )
+                return text
+            return number
+        return text
+
+    def _bad_tag(self, tag: str) -> str:
+        return (
+            f"unsupported YAML tag {_short_tag(tag)}: manifests are plain YAML "
+            "(strings, numbers, booleans, null, mappings, lists)"
+        )
+
+    def _literal_origin(self, event: ScalarEvent) -> tuple[int, int]:
+        """File line of a literal block's first text line, and the text's indentation."""
+        first_line = int(event.start_mark.line) + 2  # 1-based, the line after ``|``
+        if self._line_starts is None:
+            self._line_starts = [0, *(m.end() for m in re.finditer("\n", self.text))]
+        starts = self._line_starts
+        for number in range(first_line - 1, min(int(event.end_mark.line) + 1, len(starts))):
+            end = starts[number + 1] if number + 1 < len(starts) else len(self.text)
+            line = self.text[starts[number] : end].rstrip("\n")
+            if line.strip():
+                return first_line, len(line) - len(line.lstrip(" "))
+        return first_line, 0
