@@ -1,0 +1,327 @@
+"""Reading a repository revision into a ``Snapshot``: the Git and filesystem side. Does I/O.
+
+Three sources, one result (``gitray.plans.load.Snapshot``, paths relative to the directory asked
+for):
+
+- a local directory, no revision: its working tree, as it is on disk (need not be a Git repo);
+- a local directory and a revision: the tree of that commit under that directory, read from the
+  object database of the enclosing repository (the work tree is never touched);
+- a URL (``https://``, ``ssh://``, ``git@host:path``, ``file://``): fetched into a bare cache
+  (``~/.cache/gitray/repos/<hash>``), then read like the above; a local bare repository is read
+  in place.
+
+Nothing outside the directory is read: symlinks are resolved and refused when they leave it, and
+files over the size limits are listed with a ``problem`` instead of being read. Credentials in
+URLs are never written to disk, logs or errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
+from gitray.errors import SourceError
+from gitray.plans.load import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_TOTAL_BYTES,
+    RepoFile,
+    Snapshot,
+    is_manifest_name,
+)
+
+__all__ = [
+    "WORKTREE",
+    "default_cache_dir",
+    "is_url",
+    "read_snapshot",
+    "redact",
+    "resolve_revision",
+]
+
+WORKTREE = "worktree"
+# The loader enforces its limits on the files in scope; these bound what is read at all.
+READ_MAX_FILES = 4 * MAX_FILES
+READ_MAX_BYTES = 2 * MAX_TOTAL_BYTES
+FETCH_TIMEOUT_S = 300
+_SYMLINK_HOPS = 8
+_MODE_SYMLINK = 0o120000
+_MODE_SUBMODULE = 0o160000
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:(?!//)")
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+
+
+def redact(text: str) -> str:
+    """``text`` with the user/password part of every URL in it replaced by ``***``."""
+    return _USERINFO.sub("***@", text)
+
+
+def is_url(repo: str) -> bool:
+    return "://" in repo or bool(_SCP_LIKE.match(repo))
+
+
+def default_cache_dir(url: str) -> Path:
+    digest = hashlib.sha256(redact(url).encode()).hexdigest()[:16]
+    return Path.home() / ".cache" / "gitray" / "repos" / digest
+
+
+def read_snapshot(
+    repo: str, revision: str | None = None, *, cache_dir: Path | None = None
+) -> Snapshot:
+    """The files of ``repo`` at ``revision`` (None: the working tree, or a remote's HEAD)."""
+    if is_url(repo):
+        bare = _fetch(repo, cache_dir or default_cache_dir(repo))
+        # the cache holds the remote's branches as local ones: "origin/main" is "main" there
+        wanted = (revision or _head_branch(bare)).removeprefix("origin/")
+        return _read_revision(bare, "", wanted, redact(repo))
+    directory = Path(repo)
+    if not directory.is_dir():
+        raise SourceError(f"{repo}: not a directory (give a repository directory or a URL)")
+    bare_repo = _open_bare(directory)
+    if bare_repo is not None:
+        return _read_revision(bare_repo, "", revision or "HEAD", repo)
+    if revision is None:
+        return _read_worktree(directory, repo)
+    found = _enclosing_repo(directory, repo)
+    top = Path(found.working_tree_dir or directory).resolve()
+    prefix = directory.resolve().relative_to(top).as_posix()
+    return _read_revision(found, "" if prefix == "." else prefix, revision, repo)
+
+
+def resolve_revision(repo: str, revision: str) -> str:
+    """The full commit SHA ``revision`` names in the local repository ``repo``."""
+    directory = Path(repo)
+    if not directory.is_dir():
+        raise SourceError(f"{repo}: not a directory")
+    found = _open_bare(directory) or _enclosing_repo(directory, repo)
+    return _commit(found, revision, repo).hexsha
+
+
+# -- working tree ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Budget:
+    files: int = 0
+    size: int = 0
+
+    def refuse(self, size: int) -> str | None:
+        if self.files >= READ_MAX_FILES:
+            return f"not read: more than {READ_MAX_FILES} YAML files in the repository"
+        if self.size + size > READ_MAX_BYTES:
+            return f"not read: the repository's YAML files exceed {_mib(READ_MAX_BYTES)}"
+        self.files += 1
+        self.size += size
+        return None
+
+
+def _read_worktree(directory: Path, shown: str) -> Snapshot:
+    root = os.path.realpath(directory)
+    files: list[RepoFile] = []
+    budget = _Budget()
+    for current, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            if not is_manifest_name(name):
+                continue
+            full = os.path.join(current, name)
+            relative = Path(os.path.relpath(full, root)).as_posix()
+            files.append(_read_file(root, full, relative, budget))
+    files.sort(key=lambda f: f.path)
+    return Snapshot(WORKTREE, _worktree_label(directory, shown), tuple(files))
+
+
+def _read_file(root: str, full: str, relative: str, budget: _Budget) -> RepoFile:
+    target = full
+    if os.path.islink(full):
+        target = os.path.realpath(full)
+        if os.path.commonpath([root, target]) != root:
+            return RepoFile(relative, None, "symlink to a path outside the repository")
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        return RepoFile(relative, None, f"cannot be opened: {err.strerror or err}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return RepoFile(relative, None, "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            return RepoFile(relative, None, _too_big(info.st_size))
+        refused = budget.refuse(info.st_size)
+        if refused:
+            return RepoFile(relative, None, refused)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:  # it grew while we looked
+            return RepoFile(relative, None, _too_big(len(data)))
+        return RepoFile(relative, data)
+    finally:
+        os.close(fd)
+
+
+def _worktree_label(directory: Path, shown: str) -> str:
+    name = shown.rstrip("/") or shown
+    try:
+        found = git.Repo(directory, search_parent_directories=True)
+        head = found.head.commit.hexsha[:7]
+        branch = "" if found.head.is_detached else f" on {found.active_branch.name}"
+        return f"{name} (working tree, HEAD {head}{branch})"
+    except (InvalidGitRepositoryError, NoSuchPathError, ValueError, TypeError, GitCommandError):
+        return f"{name} (working tree)"
+
+
+# -- a revision -----------------------------------------------------------------------------
+
+
+def _open_bare(directory: Path) -> git.Repo | None:
+    if not (directory / "HEAD").is_file() or not (directory / "objects").is_dir():
+        return None
+    try:
+        found = git.Repo(directory)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        return None
+    return found if found.bare else None
+
+
+def _enclosing_repo(directory: Path, shown: str) -> git.Repo:
+    try:
+        return git.Repo(directory, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        raise SourceError(
+            f"{shown}: not inside a Git repository, so a revision cannot be read "
+            "(leave out --revision to read the files on disk)"
+        ) from None
+
+
+def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
+    if revision.startswith("-") or "\x00" in revision:
+        raise SourceError(f"{shown}: {revision!r} is not a revision")
+    try:
+        commit = found.commit(revision)
+    except (git.BadName, ValueError, GitCommandError, IndexError):
+        raise SourceError(f"{redact(shown)}: unknown revision {revision!r}") from None
+    return commit
+
+
+def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str) -> Snapshot:
+    commit = _commit(found, revision, shown)
+    tree = commit.tree
+    if prefix:
+        try:
+            tree = tree / prefix
+        except KeyError:
+            raise SourceError(
+                f"{shown}: directory {prefix!r} does not exist at {commit.hexsha[:7]}"
+            ) from None
+        if tree.type != "tree":
+            raise SourceError(f"{shown}: {prefix!r} is not a directory at {commit.hexsha[:7]}")
+    files: list[RepoFile] = []
+    budget = _Budget()
+    for item in tree.traverse():
+        if not isinstance(item, git.Blob) or not is_manifest_name(item.name):
+            continue
+        path = str(item.path)
+        relative = path[len(prefix) + 1 :] if prefix else path
+        files.append(_read_blob(tree, item, relative, budget))
+    files.sort(key=lambda f: f.path)
+    label = f"{commit.hexsha[:7]} ({revision})"
+    return Snapshot(commit.hexsha, label, tuple(files))
+
+
+def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -> RepoFile:
+    seen = 0
+    while blob.mode == _MODE_SYMLINK:
+        seen += 1
+        if seen > _SYMLINK_HOPS:
+            return RepoFile(relative, None, "too many levels of symlinks")
+        if blob.size > 4096:
+            return RepoFile(relative, None, "symlink to a path outside the repository")
+        link = blob.data_stream.read().decode("utf-8", "replace")
+        inside, path = str(tree.path), str(blob.path)
+        base = posixpath.dirname(path[len(inside) + 1 :] if inside else path)
+        target = posixpath.normpath(posixpath.join(base, link))
+        if link.startswith("/") or target == ".." or target.startswith("../"):
+            return RepoFile(relative, None, "symlink to a path outside the repository")
+        try:
+            resolved = tree / target
+        except KeyError:
+            return RepoFile(relative, None, "symlink to a file that does not exist")
+        if not isinstance(resolved, git.Blob) or resolved.mode == _MODE_SUBMODULE:
+            return RepoFile(relative, None, "symlink to something that is not a file")
+        blob = resolved
+    if blob.size > MAX_FILE_BYTES:
+        return RepoFile(relative, None, _too_big(blob.size))
+    refused = budget.refuse(blob.size)
+    if refused:
+        return RepoFile(relative, None, refused)
+    return RepoFile(relative, blob.data_stream.read())
+
+
+# -- remote ---------------------------------------------------------------------------------
+
+
+def _fetch(url: str, cache: Path) -> git.Repo:
+    """A bare cache of ``url`` with its branches and tags up to date; HEAD = remote HEAD."""
+    shown = redact(url)
+    try:
+        if _open_bare(cache) is None:
+            cache.mkdir(parents=True, exist_ok=True)
+            found = git.Repo.init(cache, bare=True)
+        else:
+            found = git.Repo(cache)
+        # The URL is passed on the command line only: credentials never land in the cache.
+        found.git.fetch(
+            "--prune",
+            "--tags",
+            "--force",
+            "--",
+            url,
+            "+refs/heads/*:refs/heads/*",
+            env=_GIT_ENV,
+            kill_after_timeout=FETCH_TIMEOUT_S,
+        )
+        head = str(found.git.ls_remote("--symref", "--", url, "HEAD", env=_GIT_ENV))
+    except GitCommandError as err:
+        raise SourceError(f"cannot fetch {shown}: {_git_reason(err, url)}") from None
+    except OSError as err:
+        raise SourceError(f"cannot fetch {shown}: {err.strerror or err}") from None
+    match = re.search(r"^ref: (refs/heads/\S+)\s+HEAD", head, re.MULTILINE)
+    if match:
+        found.git.symbolic_ref("HEAD", match.group(1))
+    return found
+
+
+def _head_branch(found: git.Repo) -> str:
+    try:
+        return str(found.head.reference.name)
+    except (TypeError, ValueError):
+        return "HEAD"
+
+
+def _git_reason(err: GitCommandError, url: str) -> str:
+    text = err.stderr if isinstance(err.stderr, str) else str(err.stderr or "")
+    lines = [
+        line.strip().removeprefix("stderr:").strip(" '")
+        for line in text.splitlines()
+        if line.strip()
+    ]
+    reason = next((line for line in lines if line.startswith("fatal:")), lines[-1] if lines else "")
+    reason = redact(reason.replace(url, redact(url))) or f"git exited with {err.status}"
+    return reason.removeprefix("fatal: ")
+
+
+def _too_big(size: int) -> str:
+    return f"file is {size / (1024 * 1024):.1f} MiB, over the {_mib(MAX_FILE_BYTES)} limit"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB".replace(".0 MiB", " MiB")
