@@ -19,7 +19,7 @@ from typing import Any
 from gitray import __version__
 from gitray.errors import GitrayError, UserError, ValidationError
 from gitray.model import LiveState
-from gitray.plans.load import LoadResult, load_snapshot
+from gitray.plans.load import LoadResult, Snapshot, load_snapshot
 from gitray.plans.materialize import materialize
 from gitray.plans.plan import Plan, plan_to_json
 from gitray.plans.planner import compute_plan
@@ -83,12 +83,13 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _load(repo: str, revision: str | None, overrides: dict[str, Any]) -> tuple[LoadResult, str]:
+def _load(repo: str, revision: str | None,
+          overrides: dict[str, Any]) -> tuple[LoadResult, Snapshot]:
     snapshot = read_snapshot(repo, revision)
     result = load_snapshot(snapshot, overrides)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
-    return result, snapshot.revision
+    return result, snapshot
 
 
 def _cluster_configured() -> bool:
@@ -122,25 +123,27 @@ def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, An
     if against == "live":
         raise UserError("--against live needs a cluster connection, which this build of gitray "
                         "does not have yet; use --against empty or --against REV")
-    base, base_rev = _load(args.repo, against, overrides)
-    return _Basis(materialize(base.workloads, base.config), f"revision:{base_rev}", True, None)
+    base, base_snapshot = _load(args.repo, against, overrides)
+    return _Basis(materialize(base.workloads, base.config),
+                  f"revision:{base_snapshot.revision}", True, None)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    result, revision = _load(args.repo, args.revision, _overrides(args.set))
+    result, snapshot = _load(args.repo, args.revision, _overrides(args.set))
     n = len(result.workloads)
-    print(f"{revision[:12]}: {n} workload{'s' if n != 1 else ''} valid")
+    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid")
     return EXIT_OK
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     overrides = _overrides(args.set)
-    result, revision = _load(args.repo, args.revision, overrides)
+    result, snapshot = _load(args.repo, args.revision, overrides)
     basis = _basis(args, result, overrides)
     if basis.announcement:
         print(basis.announcement, file=sys.stderr)
-    plan: Plan = compute_plan(result.workloads, basis.live, result.config, revision=revision,
-                              against=basis.against, now=datetime.now(UTC), exact=basis.exact)
+    plan: Plan = compute_plan(result.workloads, basis.live, result.config,
+                              revision=snapshot.revision, against=basis.against,
+                              now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
     if args.out:
         try:
             Path(args.out).write_text(json.dumps(plan_to_json(plan), indent=2, sort_keys=True)

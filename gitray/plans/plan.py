@@ -131,6 +131,7 @@ class Plan:
     basis: tuple[BasisObject, ...] = ()
     workloads: tuple[WorkloadPlan, ...] = ()
     notes: tuple[str, ...] = ()  # display-only
+    label: str = ""  # display-only: what was read, e.g. "examples-repo (working tree)"
 
     @property
     def has_changes(self) -> bool:
@@ -189,6 +190,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         ],
         "workloads": workloads,
         "notes": list(plan.notes),
+        "label": plan.label,
         "summary": summarize(plan),
     }
 
@@ -243,4 +245,5 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
         ),
         workloads=tuple(workloads),
         notes=tuple(data.get("notes", ())),
+        label=str(data.get("label", "")),
     )

@@ -49,6 +49,7 @@ def compute_plan(
     against: str,
     now: datetime,
     exact: bool = False,
+    label: str = "",
 ) -> Plan:
     """The plan that brings ``live`` to ``desired``.
 
@@ -82,7 +83,7 @@ def compute_plan(
         for o in live.objects if o.resource_version
     ))
     return Plan(revision=revision, against=against, basis=basis, workloads=tuple(plans),
-                notes=tuple(notes))
+                notes=tuple(notes), label=label)
 
 
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,

@@ -160,11 +160,14 @@ class _Ctx:
         self.steps.add(StepType.DEPLOY_SERVE, cluster,
                        {"cluster": cluster, "serveConfig": dict(serve),
                         "serveConfigHash": serve_hash}, why)
-        self.wait_running(cluster, serve_hash, "wait until every Serve application is RUNNING")
+        self.wait_running(cluster, serve, serve_hash,
+                          "wait until every Serve application is RUNNING")
 
-    def wait_running(self, cluster: str, serve_hash: str, why: str) -> None:
+    def wait_running(self, cluster: str, serve: Mapping[str, object], serve_hash: str,
+                     why: str) -> None:
         self.steps.add(StepType.WAIT_SERVE_RUNNING, cluster,
-                       {"cluster": cluster, "serveConfigHash": serve_hash,
+                       {"cluster": cluster, "serveConfig": dict(serve),
+                        "serveConfigHash": serve_hash,
                         "timeoutSeconds": self.config.rayservice.serve_ready_timeout_s}, why)
 
     def schedule_deletion(self, cluster: str) -> None:
@@ -252,7 +255,7 @@ def _first_rollout(ctx: _Ctx, target: str, serve: Mapping[str, object],
     ctx.abandon_pending(keep=target, revert=False)
     ctx.cleanup_previous(keep=target)
     if target in ctx.live.previous():
-        ctx.wait_running(target, serve_hash, f"check Serve is RUNNING on {target}")
+        ctx.wait_running(target, serve, serve_hash, f"check Serve is RUNNING on {target}")
         ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
                       f"keep {target}: it serves again")
     else:
@@ -321,7 +324,7 @@ def _instant_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
         ctx.deploy_and_wait(target, serve, serve_hash,
                             f"send the Serve config to {target} before switching back")
     else:
-        ctx.wait_running(target, serve_hash, f"check Serve is RUNNING on {target}")
+        ctx.wait_running(target, serve, serve_hash, f"check Serve is RUNNING on {target}")
     ctx.point_services(target, switch_only=True)
     ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
                   f"keep {target}: it serves again")

@@ -126,6 +126,10 @@ def _against(plan: Plan) -> str:
     return "the live cluster"
 
 
+def _what(plan: Plan) -> str:
+    return plan.label or f"revision {plan.revision[:12]}"
+
+
 def _heading(w: WorkloadPlan) -> str:
     return f"{w.key.kind} {w.key.namespace}/{w.key.name}"
 
@@ -134,8 +138,7 @@ def _text(plan: Plan, colour: bool) -> str:
     def paint(code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if colour and code != "0" else text
 
-    rev = plan.revision[:12]
-    out = [f"gitray plan for revision {rev} against {_against(plan)}", ""]
+    out = [f"gitray plan for {_what(plan)} against {_against(plan)}", ""]
     out += [f"Note: {n}" for n in plan.notes]
     if plan.notes:
         out.append("")
@@ -158,7 +161,7 @@ def _text(plan: Plan, colour: bool) -> str:
 
 
 def _markdown(plan: Plan) -> str:
-    out = [COMMENT_MARKER, f"### gitray plan for `{plan.revision[:12]}`", "",
+    out = [COMMENT_MARKER, f"### gitray plan for {_what(plan)}", "",
            f"Against {_against(plan)}. **{summary_line(plan)}**", ""]
     out += [f"> {n}" for n in plan.notes]
     changed = [w for w in plan.workloads if w.has_changes]

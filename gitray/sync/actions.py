@@ -1,0 +1,341 @@
+"""One idempotent handler per step type: check whether the effect holds, act only if not. I/O.
+
+Handlers return a short message for the step result and raise ``TerminalError`` (the plan
+fails with that reason) or ``TransientError`` (retried by the executor with backoff). Waits are
+bounded by the step's ``timeoutSeconds`` and woken by watch events where the API has them;
+Serve status is polled every ~1.5 s. ``report`` receives progress lines for long waits.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gitray.errors import TerminalError, TransientError
+from gitray.model import (
+    ANN_DELETE_AFTER,
+    ANN_SERVE_CONFIG_HASH,
+    API_VERSION_RAY,
+    LABEL_MANAGED_BY,
+    LABEL_SERVE,
+    MANAGED_BY,
+)
+from gitray.plans.plan import Step, StepType
+from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
+from gitray.plans.serve import ServeState, serve_verdict
+from gitray.sync.dashboard import Resolver
+from gitray.sync.kube import Kube
+
+__all__ = ["Actions", "Clock", "cluster_ready"]
+
+Report = Callable[[str], None]
+SERVE_POLL_S = 1.5
+DEPLOY_BUDGET_S = 180.0  # the dashboard comes up some seconds after the head pod is Ready
+GATING_BUDGET_S = 120.0
+DELETE_BUDGET_S = 180.0
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Time sources; the defaults are the real ones."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+def cluster_ready(cluster: Mapping[str, Any]) -> bool:
+    status = cluster.get("status") or {}
+    if status.get("state") == "ready":
+        return True
+    return any(c.get("type") == "HeadPodReady" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Actions:
+    def __init__(self, kube: Kube, resolver: Resolver, clock: Clock | None = None) -> None:
+        self.kube = kube
+        self.resolver = resolver
+        self.clock = clock or Clock()
+        self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
+            StepType.CREATE_CLUSTER: self._create_cluster,
+            StepType.UPDATE_CLUSTER: self._update_cluster,
+            StepType.WAIT_CLUSTER_READY: self._wait_cluster_ready,
+            StepType.DEPLOY_SERVE: self._deploy_serve,
+            StepType.WAIT_SERVE_RUNNING: self._wait_serve_running,
+            StepType.CREATE_SERVICE: self._create_service,
+            StepType.SWITCH_SERVICE: self._switch_service,
+            StepType.DELETE_SERVICE: self._delete_service,
+            StepType.SCHEDULE_CLUSTER_DELETION: self._schedule_deletion,
+            StepType.CANCEL_CLUSTER_DELETION: self._cancel_deletion,
+            StepType.DELETE_CLUSTER: self._delete_cluster,
+            StepType.CANCEL_UPGRADE: self._delete_cluster,
+            StepType.CREATE_JOB: self._create_job,
+            StepType.WAIT_JOB: self._wait_job,
+            StepType.DELETE_JOB: self._delete_job,
+            StepType.APPLY_OBJECT: self._apply_object,
+            StepType.DELETE_OBJECT: self._delete_object,
+        }
+
+    def run(self, namespace: str, step: Step, report: Report) -> str:
+        return self._handlers[step.type](namespace, step, report)
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _deadline(self, seconds: float) -> float:
+        return self.clock.monotonic() + seconds
+
+    def _left(self, deadline: float) -> float:
+        return deadline - self.clock.monotonic()
+
+    def _create(self, manifest: Mapping[str, Any]) -> str:
+        kind, meta = manifest["kind"], manifest["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        existing = self.kube.get_or_none(manifest["apiVersion"], kind, ns, name)
+        if existing is not None:
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+                raise TerminalError(f"{kind} {ns}/{name} exists and is not managed by gitray; "
+                                    "rename the workload or remove that object")
+            if (existing.get("metadata") or {}).get("deletionTimestamp"):
+                self._await_gone(manifest["apiVersion"], kind, ns, name)
+            else:
+                return f"{kind} {name} already exists"
+        self.kube.create(manifest)
+        return f"created {kind} {name}"
+
+    def _await_gone(self, api: str, kind: str, ns: str, name: str) -> None:
+        deadline = self._deadline(DELETE_BUDGET_S)
+        while self.kube.get_or_none(api, kind, ns, name) is not None:
+            if self._left(deadline) <= 0:
+                raise TerminalError(f"{kind} {ns}/{name} still exists {DELETE_BUDGET_S:.0f} s "
+                                    "after deletion (a finalizer may be stuck)")
+            self.clock.sleep(1.0)
+
+    def _await_change(self, api: str, kind: str, ns: str, name: str, rv: str,
+                      seconds: float) -> None:
+        """Block until the object changes (watch event) or ``seconds`` pass."""
+        timeout = max(1, int(min(seconds, 10)))
+        started = self.clock.monotonic()
+        try:
+            for _ in self.kube.watch(api, kind, ns, field_selector=f"metadata.name={name}",
+                                     resource_version=rv, timeout_s=timeout):
+                return
+        except TransientError:
+            pass
+        if self.clock.monotonic() - started < 0.5:  # watch unavailable: don't spin
+            self.clock.sleep(1.0)
+
+    # ---- clusters -----------------------------------------------------------------------
+
+    def _create_cluster(self, ns: str, step: Step, report: Report) -> str:
+        return self._create(step.params["manifest"])
+
+    def _update_cluster(self, ns: str, step: Step, report: Report) -> str:
+        manifest = copy.deepcopy(dict(step.params["manifest"]))
+        if step.params.get("preserveLiveReplicas"):
+            live = self.kube.get(API_VERSION_RAY, "RayCluster", ns, step.target)
+            replicas = {g.get("groupName"): g.get("replicas")
+                        for g in (live.get("spec") or {}).get("workerGroupSpecs") or []}
+            for group in manifest["spec"].get("workerGroupSpecs") or []:
+                if replicas.get(group.get("groupName")) is not None:
+                    group["replicas"] = replicas[group["groupName"]]
+        self.kube.apply(manifest)
+        return f"applied RayCluster {step.target}"
+
+    def _wait_cluster_ready(self, ns: str, step: Step, report: Report) -> str:
+        timeout = float(step.params.get("timeoutSeconds", 900))
+        started = self.clock.monotonic()
+        deadline = started + timeout
+        while True:
+            cluster = self.kube.get_or_none(API_VERSION_RAY, "RayCluster", ns, step.target)
+            if cluster is None:
+                raise TerminalError(f"RayCluster {step.target} disappeared while waiting")
+            status = cluster.get("status") or {}
+            if cluster_ready(cluster):
+                return f"{step.target} ready after {self.clock.monotonic() - started:.0f} s"
+            if status.get("state") == "failed":
+                raise TerminalError(f"RayCluster {step.target} failed: "
+                                    f"{status.get('reason') or 'see its events'}")
+            left = self._left(deadline)
+            if left <= 0:
+                conditions = ", ".join(f"{c.get('type')}={c.get('status')}"
+                                       for c in status.get("conditions") or []) or "none"
+                raise TerminalError(f"RayCluster {step.target} not ready after {timeout:.0f} s "
+                                    f"(state {status.get('state') or 'unknown'}; "
+                                    f"conditions {conditions})")
+            report(f"head pod not ready yet, {self.clock.monotonic() - started:.0f} s")
+            rv = str((cluster.get("metadata") or {}).get("resourceVersion", ""))
+            self._await_change(API_VERSION_RAY, "RayCluster", ns, step.target, rv, left)
+
+    def _delete_cluster(self, ns: str, step: Step, report: Report) -> str:
+        if not self.kube.delete(API_VERSION_RAY, "RayCluster", ns, step.target):
+            return f"RayCluster {step.target} already gone"
+        self._await_gone(API_VERSION_RAY, "RayCluster", ns, step.target)
+        return f"deleted RayCluster {step.target}"
+
+    def _schedule_deletion(self, ns: str, step: Step, report: Report) -> str:
+        cluster = self.kube.get_or_none(API_VERSION_RAY, "RayCluster", ns, step.target)
+        if cluster is None:
+            return f"{step.target} already gone"
+        annotations = (cluster.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(ANN_DELETE_AFTER):
+            return f"deletion already scheduled at {annotations[ANN_DELETE_AFTER]}"
+        when = _rfc3339(self.clock.now() + timedelta(seconds=int(step.params["delaySeconds"])))
+        self.kube.patch(API_VERSION_RAY, "RayCluster", ns, step.target,
+                        {"metadata": {"annotations": {ANN_DELETE_AFTER: when}}})
+        return f"{step.target} will be deleted after {when}"
+
+    def _cancel_deletion(self, ns: str, step: Step, report: Report) -> str:
+        self.kube.patch(API_VERSION_RAY, "RayCluster", ns, step.target,
+                        {"metadata": {"annotations": {ANN_DELETE_AFTER: None}}})
+        return f"deletion of {step.target} cancelled"
+
+    # ---- Serve --------------------------------------------------------------------------
+
+    def _deploy_serve(self, ns: str, step: Step, report: Report) -> str:
+        cluster = str(step.params["cluster"])
+        deadline = self._deadline(DEPLOY_BUDGET_S)
+        while True:
+            try:
+                with self.resolver.serve_client(ns, cluster) as client:
+                    client.deploy(step.params["serveConfig"])
+                return f"Serve config sent to {cluster}"
+            except TransientError as e:
+                if self._left(deadline) <= 0:
+                    raise TerminalError(f"could not send the Serve config to {cluster}: {e}") \
+                        from None
+                report(f"dashboard not reachable yet ({e})")
+                self.clock.sleep(2.0)
+
+    def _wait_serve_running(self, ns: str, step: Step, report: Report) -> str:
+        cluster = str(step.params["cluster"])
+        timeout = float(step.params.get("timeoutSeconds", 600))
+        started = self.clock.monotonic()
+        summary = "no status yet"
+        while True:
+            try:
+                with self.resolver.serve_client(ns, cluster) as client:
+                    verdict = serve_verdict(step.params.get("serveConfig") or {},
+                                            client.applications())
+                summary = verdict.summary
+                if verdict.state is ServeState.FAILED:
+                    raise TerminalError(verdict.message)
+                if verdict.state is ServeState.RUNNING:
+                    self.kube.patch(API_VERSION_RAY, "RayCluster", ns, cluster, {"metadata": {
+                        "annotations": {ANN_SERVE_CONFIG_HASH: step.params["serveConfigHash"]}}})
+                    return f"{summary} on {cluster}"
+            except TransientError as e:
+                summary = str(e)
+            waited = self.clock.monotonic() - started
+            if waited >= timeout:
+                raise TerminalError(f"Serve on {cluster} not RUNNING after {timeout:.0f} s "
+                                    f"({summary})")
+            report(f"{summary}, {waited:.0f} s")
+            self.clock.sleep(SERVE_POLL_S)
+
+    # ---- Services -----------------------------------------------------------------------
+
+    def _gate_serve_pods(self, ns: str, cluster: str, report: Report) -> int:
+        """Label the cluster's pods whose Serve proxy is healthy; return how many are."""
+        deadline = self._deadline(GATING_BUDGET_S)
+        while True:
+            pods, _ = self.kube.list("v1", "Pod", namespace=ns,
+                                     label_selector=f"ray.io/cluster={cluster}")
+            healthy = 0
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                ok = (pod.get("status") or {}).get("phase") == "Running" \
+                    and self.resolver.proxy_healthy(pod)
+                healthy += ok
+                current = (meta.get("labels") or {}).get(LABEL_SERVE)
+                if ok and current != "true":
+                    self.kube.patch("v1", "Pod", ns, meta["name"],
+                                    {"metadata": {"labels": {LABEL_SERVE: "true"}}})
+                elif not ok and current is not None:
+                    self.kube.patch("v1", "Pod", ns, meta["name"],
+                                    {"metadata": {"labels": {LABEL_SERVE: None}}})
+            if healthy:
+                return healthy
+            if self._left(deadline) <= 0:
+                raise TerminalError(f"no pod of {cluster} has a healthy Serve proxy "
+                                    f"after {GATING_BUDGET_S:.0f} s")
+            report("waiting for a healthy Serve proxy")
+            self.clock.sleep(2.0)
+
+    def _point(self, ns: str, name: str, selector: Mapping[str, str]) -> str:
+        svc = self.kube.get("v1", "Service", ns, name)
+        if (svc.get("spec") or {}).get("selector") == dict(selector):
+            return f"Service {name} already selects {selector.get('ray.io/cluster')}"
+        # Only the selector changes; clusterIP (immutable) and ports stay as they are.
+        self.kube.patch("v1", "Service", ns, name,
+                        [{"op": "replace", "path": "/spec/selector", "value": dict(selector)}],
+                        json_patch=True)
+        return f"Service {name} now selects {selector.get('ray.io/cluster')}"
+
+    def _create_service(self, ns: str, step: Step, report: Report) -> str:
+        manifest = step.params["manifest"]
+        if step.params.get("role") == "serve":
+            self._gate_serve_pods(ns, str(step.params["cluster"]), report)
+        if self.kube.get_or_none("v1", "Service", ns, step.target) is not None:
+            return self._point(ns, step.target, manifest["spec"]["selector"])
+        return self._create(manifest)
+
+    def _switch_service(self, ns: str, step: Step, report: Report) -> str:
+        if step.params.get("role") == "serve":
+            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report)
+            report(f"{n} pod(s) with a healthy Serve proxy")
+        return self._point(ns, step.target, step.params["selector"])
+
+    def _delete_service(self, ns: str, step: Step, report: Report) -> str:
+        gone = not self.kube.delete("v1", "Service", ns, step.target)
+        return f"Service {step.target} {'already gone' if gone else 'deleted'}"
+
+    # ---- jobs and supporting objects ----------------------------------------------------
+
+    def _create_job(self, ns: str, step: Step, report: Report) -> str:
+        return self._create(step.params["manifest"])
+
+    def _wait_job(self, ns: str, step: Step, report: Report) -> str:
+        timeout = float(step.params.get("timeoutSeconds", 3600))
+        started = self.clock.monotonic()
+        while True:
+            job = self.kube.get_or_none(API_VERSION_RAY, "RayJob", ns, step.target)
+            if job is None:
+                raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+            status = job.get("status") or {}
+            deployment = status.get("jobDeploymentStatus")
+            if deployment in TERMINAL_DEPLOYMENT_STATUSES:
+                if deployment == "Failed" or status.get("jobStatus") in {"FAILED", "STOPPED"}:
+                    why = status.get("message") or status.get("reason") or deployment
+                    raise TerminalError(f"run {step.target} failed: {why}")
+                return f"run {step.target} finished: {status.get('jobStatus') or deployment}"
+            waited = self.clock.monotonic() - started
+            if waited >= timeout:
+                raise TerminalError(f"run {step.target} not finished after {timeout:.0f} s "
+                                    f"(status {deployment or 'none'})")
+            report(f"run is {deployment or 'starting'}, {waited:.0f} s")
+            rv = str((job.get("metadata") or {}).get("resourceVersion", ""))
+            self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, timeout - waited)
+
+    def _delete_job(self, ns: str, step: Step, report: Report) -> str:
+        gone = not self.kube.delete(API_VERSION_RAY, "RayJob", ns, step.target)
+        return f"RayJob {step.target} {'already gone' if gone else 'deleted'}"
+
+    def _apply_object(self, ns: str, step: Step, report: Report) -> str:
+        manifest = step.params["manifest"]
+        self.kube.apply(manifest)
+        return f"applied {manifest['kind']} {step.target}"
+
+    def _delete_object(self, ns: str, step: Step, report: Report) -> str:
+        p = step.params
+        gone = not self.kube.delete(str(p["apiVersion"]), str(p["kind"]), ns, step.target)
+        return f"{p['kind']} {step.target} {'already gone' if gone else 'deleted'}"

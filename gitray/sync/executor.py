@@ -1,0 +1,222 @@
+"""Advance a plan step by step, resumably, under the Lease. I/O (through Actions/progress).
+
+For each workload: write (or take over) its progress record before the first mutation;
+before every mutating step confirm the Lease is still held (fencing); run the step's
+idempotent handler, retrying transient errors with jittered backoff; record the result.
+
+Failure (SPEC §3): a RayService whose new cluster failed before any traffic was switched
+gets that pending cluster deleted (or kept and marked failed with ``keepFailedClusters``);
+the active cluster and both Services are left untouched.
+
+Waves run in order; within a wave supporting objects go first, then Ray workloads run in
+parallel up to ``maxParallel``. A failed wave stops the waves after it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from gitray.config import Config
+from gitray.errors import LeaseLostError, TerminalError, TransientError
+from gitray.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.sync.actions import Actions
+
+__all__ = ["Executor", "Fence", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
+
+RETRY_BUDGET_S = 120.0
+_SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE}
+
+
+class Fence(Protocol):
+    """The Lease as the executor sees it."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def ensure_held(self) -> None: ...
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """What a reporter hears: a step starting, progressing, finishing or failing."""
+
+    key: ObjectKey
+    index: int  # 1-based
+    total: int
+    step: Step
+    phase: str  # "start" | "progress" | "done" | "failed"
+    detail: str = ""
+
+
+Reporter = Callable[[StepEvent], None]
+
+
+@dataclass(frozen=True)
+class WorkloadOutcome:
+    key: ObjectKey
+    outcome: Outcome
+    reason: str = ""
+    steps_done: int = 0
+    steps_total: int = 0
+    messages: tuple[str, ...] = field(default=(), compare=False)
+
+
+class ProgressStore(Protocol):
+    """Durable run records (gitray.sync.progress.ProgressStore)."""
+
+    def begin(self, wp: WorkloadPlan, revision: str, epoch: int) -> object: ...
+
+    def advance(self, record: object, step: Step, ok: bool, message: str,
+                started: float, finished: float) -> object: ...
+
+    def finish(self, record: object, succeeded: bool, reason: str) -> object: ...
+
+
+class Executor:
+    def __init__(self, actions: Actions, fence: Fence, config: Config,
+                 progress: ProgressStore | None = None, reporter: Reporter | None = None) -> None:
+        self.actions = actions
+        self.fence = fence
+        self.config = config
+        self.progress = progress
+        self.reporter = reporter or (lambda _event: None)
+        self._lock = threading.Lock()
+
+    # ---- plan level ---------------------------------------------------------------------
+
+    def run_plan(self, plan: Plan, *, start_at: dict[ObjectKey, int] | None = None
+                 ) -> list[WorkloadOutcome]:
+        """Run every workload with steps; ``start_at`` resumes workloads mid-plan."""
+        outcomes: list[WorkloadOutcome] = []
+        waves = sorted({w.wave for w in plan.workloads if w.steps})
+        starts = start_at or {}
+        failed_wave: int | None = None
+        for wave in waves:
+            members = [w for w in plan.workloads if w.wave == wave and w.steps]
+            if failed_wave is not None:
+                outcomes += [WorkloadOutcome(w.key, Outcome.SKIPPED,
+                                             f"wave {failed_wave} failed", 0, len(w.steps))
+                             for w in members]
+                continue
+            supporting = [w for w in members if w.key.kind not in {k.value for k in Kind}]
+            ray = [w for w in members if w not in supporting]
+            for wp in supporting:
+                outcomes.append(self.run_workload(wp, plan.revision, starts.get(wp.key, 0)))
+            with ThreadPoolExecutor(max_workers=max(1, self.config.max_parallel)) as pool:
+                outcomes += list(pool.map(
+                    lambda wp: self.run_workload(wp, plan.revision, starts.get(wp.key, 0)),
+                    ray))
+            if any(o.outcome is Outcome.FAILED for o in outcomes):
+                failed_wave = wave
+        return outcomes
+
+    # ---- workload level -----------------------------------------------------------------
+
+    def run_workload(self, wp: WorkloadPlan, revision: str, start: int = 0) -> WorkloadOutcome:
+        total = len(wp.steps)
+        self.fence.ensure_held()
+        record = self.progress.begin(wp, revision, self.fence.epoch) if self.progress else None
+        messages: list[str] = []
+        done = start
+        for index in range(start, total):
+            step = wp.steps[index]
+            self._emit(StepEvent(wp.key, index + 1, total, step, "start"))
+            started = _now()
+            try:
+                message = self._run_step(wp, index, step)
+            except TerminalError as e:
+                if isinstance(e, LeaseLostError):  # pragma: no cover - LeaseLost is transient
+                    raise
+                reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
+                self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
+                if record is not None and self.progress is not None:
+                    record = self.progress.advance(record, step, False, str(e), started, _now())
+                cleanup = self._clean_up_failure(wp, index)
+                if cleanup:
+                    messages.append(cleanup)
+                if record is not None and self.progress is not None:
+                    self.progress.finish(record, False, reason)
+                return WorkloadOutcome(wp.key, Outcome.FAILED, reason, done, total,
+                                       tuple(messages))
+            messages.append(message)
+            done = index + 1
+            self._emit(StepEvent(wp.key, index + 1, total, step, "done", message))
+            if record is not None and self.progress is not None:
+                record = self.progress.advance(record, step, True, message, started, _now())
+        if record is not None and self.progress is not None:
+            self.progress.finish(record, True, "")
+        return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", done, total, tuple(messages))
+
+    def _emit(self, event: StepEvent) -> None:
+        with self._lock:
+            self.reporter(event)
+
+    def _run_step(self, wp: WorkloadPlan, index: int, step: Step) -> str:
+        """Run one step: fence first if it mutates; retry transient errors with backoff."""
+        total = len(wp.steps)
+        delay, spent = 0.5, 0.0
+        while True:
+            if step.type.mutates:
+                self.fence.ensure_held()
+            try:
+                return self.actions.run(
+                    wp.key.namespace, step,
+                    lambda detail: self._emit(StepEvent(wp.key, index + 1, total, step,
+                                                        "progress", detail)))
+            except LeaseLostError:
+                raise
+            except TransientError as e:
+                if spent >= RETRY_BUDGET_S:
+                    raise TerminalError(f"{e} (still failing after {spent:.0f} s of retries)") \
+                        from None
+                pause = delay * random.uniform(0.5, 1.5)  # jitter, not cryptography
+                self._emit(StepEvent(wp.key, index + 1, total, step, "progress",
+                                     f"retrying in {pause:.1f} s: {e}"))
+                self.actions.clock.sleep(pause)
+                spent += pause
+                delay = min(delay * 2, 10.0)
+
+    def _clean_up_failure(self, wp: WorkloadPlan, failed_at: int) -> str:
+        """A RayService upgrade failed before traffic moved: remove (or mark) its new cluster."""
+        if wp.key.kind != Kind.RAY_SERVICE.value:
+            return ""
+        if any(s.type in _SWITCHING for s in wp.steps[:failed_at]):
+            return ""  # traffic already moved: leave everything for the next plan to settle
+        new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]
+        if not new:
+            return ""
+        cluster = new[0]
+        try:
+            self.fence.ensure_held()
+            if self.config.rayservice.keep_failed_clusters:
+                self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace,
+                                        cluster, {"metadata": {"annotations": {
+                                            ANN_FAILED: "upgrade failed; kept for debugging"}}})
+                return f"kept failed cluster {cluster} for debugging"
+            self.actions.kube.delete(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster)
+            return f"deleted failed pending cluster {cluster}"
+        except (TransientError, TerminalError) as e:
+            return f"could not clean up {cluster}: {e}"
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:
+    return [o for o in outcomes if o.outcome is Outcome.FAILED]

@@ -1,0 +1,293 @@
+"""The one module that imports the Kubernetes client. Does I/O (HTTPS to the API server).
+
+:class:`Kube` is a thin, dict-in/dict-out wrapper over the dynamic client: get, list by label
+selector, create, replace (compare-and-swap on resourceVersion), merge/json patch,
+server-side apply and delete, plus watch. API errors are mapped onto gitray's error tree:
+
+    NotFoundError(TerminalError)     404
+    ConflictError(TransientError)    409 (resourceVersion CAS lost, or already exists)
+    ForbiddenError(TerminalError)    403 (RBAC said no; includes the API server's message)
+    InvalidError(TerminalError)      400/422 (the object is invalid)
+    TransientError                   5xx, 429, timeouts, connection errors
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes import dynamic, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from gitray.errors import ConfigError, TerminalError, TransientError
+
+__all__ = [
+    "FIELD_MANAGER",
+    "ConflictError",
+    "ForbiddenError",
+    "InvalidError",
+    "Kube",
+    "KubeSettings",
+    "NotFoundError",
+    "cluster_configured",
+]
+
+FIELD_MANAGER = "gitray"
+_T = TypeVar("_T")
+
+
+class NotFoundError(TerminalError):
+    """The object (or its kind) does not exist."""
+
+
+class ConflictError(TransientError):
+    """Compare-and-swap lost (resourceVersion changed) or the object already exists."""
+
+
+class ForbiddenError(TerminalError):
+    """RBAC refused the request."""
+
+
+class InvalidError(TerminalError):
+    """The API server rejected the object as invalid."""
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: str | None = None  # default: $KUBECONFIG, ~/.kube/config, or in-cluster
+    context: str | None = None
+    request_timeout_s: float = 30.0
+    impersonate: str | None = None  # e.g. system:serviceaccount:gitray:gitray (tests, audits)
+
+
+def cluster_configured(settings: KubeSettings | None = None) -> bool:
+    """Whether a kubeconfig or in-cluster config is available (no connection attempted)."""
+    if settings and settings.kubeconfig:
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        return any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
+    return (Path.home() / ".kube" / "config").is_file()
+
+
+def _message(e: ApiException) -> str:
+    import json
+
+    try:
+        body = json.loads(e.body or "{}")
+        text = str(body.get("message") or e.reason)
+    except (ValueError, TypeError):
+        text = str(e.reason)
+    return text
+
+
+def _map(e: ApiException, what: str) -> Exception:
+    status = e.status or 0
+    text = f"{what}: {_message(e)}"
+    if status == 404:
+        return NotFoundError(text)
+    if status == 409:
+        return ConflictError(text)
+    if status in {401, 403}:
+        return ForbiddenError(text)
+    if status in {400, 422}:
+        return InvalidError(text)
+    return TransientError(f"{text} (HTTP {status})" if status else text)
+
+
+class Kube:
+    """Dict-based access to the API server through the dynamic client."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, settings: KubeSettings) -> None:
+        self.api_client = api_client
+        self.settings = settings
+        self._dynamic: dynamic.DynamicClient | None = None
+        self._lock = threading.Lock()
+        self.requests = 0  # API requests made (for logs, metrics and benchmarks)
+
+    @classmethod
+    def connect(cls, settings: KubeSettings | None = None) -> Kube:
+        settings = settings or KubeSettings()
+        configuration = k8s_client.Configuration()
+        try:
+            if settings.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_kube_config(config_file=settings.kubeconfig,
+                                            context=settings.context,
+                                            client_configuration=configuration)
+            else:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+        except (ConfigException, OSError, TypeError) as e:
+            raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from None
+        configuration.retries = 0  # gitray retries itself, with backoff and logging
+        api_client = k8s_client.ApiClient(configuration)
+        if settings.impersonate:
+            api_client.set_default_header("Impersonate-User", settings.impersonate)
+        return cls(api_client, settings)
+
+    # ---- plumbing ---------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], _T]) -> _T:
+        self.requests += 1
+        try:
+            return fn()
+        except ApiException as e:
+            raise _map(e, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise TransientError(f"{what}: API server unreachable ({type(e).__name__})") from None
+
+    def _client(self) -> dynamic.DynamicClient:
+        with self._lock:
+            if self._dynamic is None:
+                self._dynamic = self._call(
+                    "discovering API resources", lambda: dynamic.DynamicClient(self.api_client))
+            return self._dynamic
+
+    def resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self._call(f"looking up {kind}",
+                              lambda: self._client().resources.get(api_version=api_version,
+                                                                   kind=kind))
+        except ResourceNotFoundError:
+            raise NotFoundError(f"the API server has no kind {kind} ({api_version})") from None
+
+    @property
+    def timeout(self) -> float:
+        return self.settings.request_timeout_s
+
+    # ---- verbs ------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        res = self.resource(api_version, kind)
+        obj = self._call(f"reading {kind} {namespace}/{name}",
+                         lambda: res.get(name=name, namespace=namespace,
+                                         _request_timeout=self.timeout))
+        return dict(obj.to_dict())
+
+    def get_or_none(self, api_version: str, kind: str, namespace: str,
+                    name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(api_version, kind, namespace, name)
+        except NotFoundError:
+            return None
+
+    def list(self, api_version: str, kind: str, *, namespace: str | None = None,
+             label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Items (with apiVersion/kind filled in) and the list's resourceVersion."""
+        res = self.resource(api_version, kind)
+        where = f"in {namespace}" if namespace else "in all namespaces"
+        result = self._call(f"listing {kind} {where}",
+                            lambda: res.get(namespace=namespace, label_selector=label_selector,
+                                            _request_timeout=self.timeout))
+        data = result.to_dict()
+        items = []
+        for item in data.get("items") or []:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            items.append(item)
+        return items, str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        res = self.resource(body["apiVersion"], body["kind"])
+        meta = body["metadata"]
+        return dict(self._call(
+            f"creating {body['kind']} {meta.get('namespace')}/{meta['name']}",
+            lambda: res.create(body=dict(body), namespace=meta.get("namespace"),
+                               field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
+        ).to_dict())
+
+    def replace(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT with the body's resourceVersion: fails with ConflictError if it changed."""
+        res = self.resource(body["apiVersion"], body["kind"])
+        meta = body["metadata"]
+        return dict(self._call(
+            f"updating {body['kind']} {meta.get('namespace')}/{meta['name']}",
+            lambda: res.replace(body=dict(body), namespace=meta.get("namespace"),
+                                field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
+        ).to_dict())
+
+    def apply(self, body: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
+        """Server-side apply with field manager ``gitray``."""
+        res = self.resource(body["apiVersion"], body["kind"])
+        meta = body["metadata"]
+        return dict(self._call(
+            f"applying {body['kind']} {meta.get('namespace')}/{meta['name']}",
+            lambda: res.server_side_apply(body=dict(body), name=meta["name"],
+                                          namespace=meta.get("namespace"),
+                                          field_manager=FIELD_MANAGER, force_conflicts=force,
+                                          _request_timeout=self.timeout),
+        ).to_dict())
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str,
+              patch: Any, *, json_patch: bool = False) -> dict[str, Any]:
+        """A JSON merge patch (or an RFC 6902 JSON patch with ``json_patch``)."""
+        res = self.resource(api_version, kind)
+        content_type = ("application/json-patch+json" if json_patch
+                        else "application/merge-patch+json")
+        return dict(self._call(
+            f"patching {kind} {namespace}/{name}",
+            lambda: res.patch(body=patch, name=name, namespace=namespace,
+                              content_type=content_type, field_manager=FIELD_MANAGER,
+                              _request_timeout=self.timeout),
+        ).to_dict())
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str,
+               *, resource_version: str | None = None) -> bool:
+        """Delete (background propagation). False when it was already gone."""
+        res = self.resource(api_version, kind)
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if resource_version:
+            body["preconditions"] = {"resourceVersion": resource_version}
+        try:
+            self._call(f"deleting {kind} {namespace}/{name}",
+                       lambda: res.delete(name=name, namespace=namespace, body=body,
+                                          _request_timeout=self.timeout))
+        except NotFoundError:
+            return False
+        return True
+
+    def watch(self, api_version: str, kind: str, namespace: str, *, field_selector: str = "",
+              label_selector: str = "", resource_version: str = "",
+              timeout_s: int = 30) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) pairs until ``timeout_s`` passes (server-side timeout)."""
+        res = self.resource(api_version, kind)
+        w = watch.Watch()
+        self.requests += 1
+        kwargs: dict[str, Any] = {"namespace": namespace, "timeout": timeout_s}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        try:
+            for event in res.watch(watcher=w, **kwargs):
+                obj = event["object"]
+                yield str(event["type"]), dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+        except ApiException as e:
+            raise _map(e, f"watching {kind} in {namespace}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise TransientError(f"watching {kind}: API server unreachable "
+                                 f"({type(e).__name__})") from None
+        finally:
+            with contextlib.suppress(Exception):
+                w.stop()
+
+    def server_version(self) -> str:
+        api = k8s_client.VersionApi(self.api_client)
+        info = self._call("reading the server version", api.get_code)
+        return str(info.git_version)
+
+    def close(self) -> None:
+        self.api_client.close()
