@@ -78,7 +78,12 @@ def _segment(segment: str) -> str:
 def matches_any(path: str, patterns: Iterable[str]) -> bool:
     """Whether ``path`` (or a directory above it) matches one of ``patterns``."""
     parts = path.split("/")
-    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    # a directory match covers what is under it, except dot-entries (they stay opt-in)
+    prefixes = [path]
+    for n in range(len(parts) - 1, 0, -1):
+        if parts[n].startswith("."):
+            break
+        prefixes.append("/".join(parts[:n]))
     for pattern in patterns:
         compiled = _compile(pattern)
         if any(compiled.match(prefix) for prefix in prefixes):
