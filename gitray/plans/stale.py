@@ -1,0 +1,42 @@
+"""Is a saved plan still valid? Pure, no I/O.
+
+``gitray apply plan.json`` applies exactly what was reviewed, or refuses. A plan is stale when
+the Git revision moved, when any live object it was computed against changed (resourceVersion)
+or vanished, when a managed object appeared that it did not see, or when planning again now
+gives different steps (Terraform's "inconsistent final plan" check).
+"""
+
+from __future__ import annotations
+
+from gitray.model import LiveState
+from gitray.plans.plan import Plan
+
+__all__ = ["stale_reasons"]
+
+_SHOWN = 5
+
+
+def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:
+    return {str(w.key): [(s.type.value, s.target) for s in w.steps] for w in plan.workloads}
+
+
+def stale_reasons(saved: Plan, revision: str, live: LiveState, replanned: Plan) -> list[str]:
+    """Why ``saved`` may not be applied now (empty when it may)."""
+    reasons: list[str] = []
+    if saved.revision != revision:
+        reasons.append(f"the plan is for revision {saved.revision[:12]}, the repository is now at "
+                       f"{revision[:12]}")
+    seen = {(b.kind, b.namespace, b.name): b.resource_version for b in saved.basis}
+    now = {(o.kind, o.namespace, o.name): o.resource_version for o in live.objects}
+    changed = [k for k, rv in seen.items() if k in now and now[k] != rv]
+    gone = [k for k in seen if k not in now]
+    new = [k for k in now if k not in seen]
+    for label, keys in (("changed", changed), ("disappeared", gone), ("appeared", new)):
+        if keys:
+            names = ", ".join(f"{k} {ns}/{n}" for k, ns, n in sorted(keys)[:_SHOWN])
+            more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
+            reasons.append(f"{len(keys)} live object(s) {label} since planning: {names}{more}")
+    if not reasons and _steps(saved) != _steps(replanned):
+        reasons.append("planning again now gives different steps")
+    return reasons
+
