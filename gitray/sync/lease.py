@@ -1,0 +1,530 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with an epoch and fencing. Does I/O.
+
+Only the holder of the Lease executes plans (SPEC §4). The election follows client-go's
+rules — the same record fields, 15 s / 10 s / 2 s durations, and expiry judged by *when this
+process last saw the record change*, on its own monotonic clock, never by the remote
+``renewTime`` — and adds what client-go lacks:
+
+- an **epoch**: the Lease's ``leaseTransitions`` when this process took it. It grows on every
+  change of holder (including this process taking the Lease again after losing it), so work
+  started under an old epoch can be told apart from the current leader's.
+- **fencing**: :meth:`Lease.ensure_held` refuses (``LeaseLostError``) unless the last
+  successful renew is younger than the renew deadline — checked locally first, so a process
+  woken from a long pause refuses before touching the network — *and* a fresh read of the
+  Lease still names this process with the same epoch. Every mutating step calls it first.
+
+Every write is a ``replace`` carrying the ``resourceVersion`` that was read (compare-and-swap),
+so two candidates can never both believe their write took the Lease.
+
+The pure rules (:func:`check_durations`, :class:`LeaseRecord`, :class:`Observation`,
+:func:`next_record`, :func:`renew_is_fresh`, :func:`retry_delay`) are separate from
+:class:`Lease`, which does the API calls and runs the renewing threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gitray.errors import ConfigError, GitrayError, LeaseLostError, TransientError
+from gitray.model import LABEL_MANAGED_BY, MANAGED_BY
+from gitray.sync.kube import Kube
+
+__all__ = [
+    "DEFAULT_LEASE_NAME",
+    "LEASE_API_VERSION",
+    "Lease",
+    "LeaseBusyError",
+    "LeaseRecord",
+    "LeaseSettings",
+    "Observation",
+    "check_durations",
+    "default_identity",
+    "next_record",
+    "renew_is_fresh",
+    "retry_delay",
+]
+
+DEFAULT_LEASE_NAME = "gitray"
+LEASE_API_VERSION = "coordination.k8s.io/v1"
+_KIND = "Lease"
+_JITTER = 1.2  # client-go's JitterFactor for acquire retries: wait period * [1, 2.2)
+_RETRY_MARGIN = 1.2  # client-go: the renew deadline must exceed 1.2 retry periods
+_RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
+
+log = logging.getLogger(__name__)
+
+
+class LeaseBusyError(TransientError):
+    """Another process held the Lease for longer than this process was willing to wait."""
+
+
+def default_identity() -> str:
+    """``<hostname>_<pid>_<random>``: unique per process, readable in ``kubectl get lease``."""
+    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def check_durations(lease_duration_s: float, renew_deadline_s: float,
+                    retry_period_s: float) -> None:
+    """client-go's rule: lease duration > renew deadline > 1.2 * retry period (all > 0)."""
+    if min(lease_duration_s, renew_deadline_s, retry_period_s) <= 0:
+        raise ConfigError(
+            f"lease durations must be positive (got lease duration {lease_duration_s} s, "
+            f"renew deadline {renew_deadline_s} s, retry period {retry_period_s} s)")
+    if not lease_duration_s > renew_deadline_s > _RETRY_MARGIN * retry_period_s:
+        raise ConfigError(
+            f"lease durations must satisfy lease duration > renew deadline > 1.2 * retry "
+            f"period (got {lease_duration_s} s > {renew_deadline_s} s > "
+            f"1.2 * {retry_period_s} s)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseSettings:
+    """Which Lease to contend for, as whom, and client-go's three durations."""
+
+    namespace: str
+    name: str = DEFAULT_LEASE_NAME
+    identity: str = field(default_factory=default_identity)
+    lease_duration_s: int = 15  # an int: the Lease stores whole seconds
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.namespace or not self.name or not self.identity:
+            raise ConfigError("the Lease needs a namespace, a name and an identity")
+        if not isinstance(self.lease_duration_s, int) or isinstance(self.lease_duration_s, bool):
+            raise ConfigError(f"the lease duration must be whole seconds "
+                              f"(got {self.lease_duration_s!r})")
+        check_durations(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The ``spec`` of a Lease, as leader election reads and writes it."""
+
+    holder: str = ""  # "" when nobody holds it (released)
+    duration_s: int = 0
+    acquire_time: str = ""  # RFC 3339 (MicroTime); display only, never used for decisions
+    renew_time: str = ""  # likewise: other hosts' clocks are not trusted
+    transitions: int = 0
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> LeaseRecord:
+        spec = spec or {}
+        return cls(holder=str(spec.get("holderIdentity") or ""),
+                   duration_s=int(spec.get("leaseDurationSeconds") or 0),
+                   acquire_time=str(spec.get("acquireTime") or ""),
+                   renew_time=str(spec.get("renewTime") or ""),
+                   transitions=int(spec.get("leaseTransitions") or 0))
+
+    def to_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"leaseDurationSeconds": self.duration_s,
+                                "leaseTransitions": self.transitions}
+        if self.holder:
+            spec["holderIdentity"] = self.holder
+        if self.acquire_time:
+            spec["acquireTime"] = self.acquire_time
+        if self.renew_time:
+            spec["renewTime"] = self.renew_time
+        return spec
+
+
+class Observation:
+    """What this process has seen of the Lease record, and since when (its own clock).
+
+    A holder's claim lapses ``duration_s`` after the record was last seen to *change*; reading
+    the same record again does not extend it. Pure: the caller passes the time.
+    """
+
+    def __init__(self, default_duration_s: int) -> None:
+        self.default_duration_s = default_duration_s
+        self.record: LeaseRecord | None = None
+        self.since = 0.0
+
+    def see(self, record: LeaseRecord, now: float) -> None:
+        if record != self.record:
+            self.record = record
+            self.since = now
+
+    def lapses_at(self) -> float:
+        """Local time at which the observed holder's claim lapses."""
+        if self.record is None:
+            return self.since
+        duration = self.record.duration_s if self.record.duration_s > 0 \
+            else self.default_duration_s
+        return self.since + duration
+
+    def claimable(self, identity: str, now: float) -> bool:
+        """Whether ``identity`` may write itself in as holder now."""
+        r = self.record
+        if r is None or not r.holder or r.holder == identity:
+            return True
+        return now >= self.lapses_at()
+
+
+def next_record(current: LeaseRecord, identity: str, *, renewing: bool, duration_s: int,
+                now_wall: str) -> LeaseRecord:
+    """The record to write: a renewal keeps the acquire time and transition count; anything
+    else starts a new term, so the transition count (the epoch) grows by one."""
+    if renewing:
+        return LeaseRecord(holder=identity, duration_s=duration_s,
+                           acquire_time=current.acquire_time or now_wall, renew_time=now_wall,
+                           transitions=current.transitions)
+    return LeaseRecord(holder=identity, duration_s=duration_s, acquire_time=now_wall,
+                       renew_time=now_wall, transitions=current.transitions + 1)
+
+
+def renew_is_fresh(last_renew: float, renew_deadline_s: float, now: float) -> bool:
+    """Whether a renew started at ``last_renew`` still covers ``now`` (local clock).
+
+    The renew deadline is shorter than the lease duration, so while this holds no other
+    process can have seen the lease lapse, even counting from when the request was sent."""
+    return now - last_renew < renew_deadline_s
+
+
+def retry_delay(retry_period_s: float, rng: random.Random) -> float:
+    """client-go's jittered wait between acquire attempts: period * [1, 2.2)."""
+    return retry_period_s * (1 + _JITTER * rng.random())
+
+
+def _wall_now() -> str:
+    # MicroTime: written for people and other tools; never read back for decisions.
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+OnLost = Callable[[str], None]
+
+
+class Lease:
+    """Leader election for one process on one Lease (thread-safe).
+
+    ``clock`` is the monotonic clock all expiry is judged by (``time.monotonic``); the
+    renewing threads wait in real time. Give the Lease a :class:`Kube` whose request timeout
+    is not much longer than the renew deadline: the deadline is enforced by a separate thread,
+    but a renew stuck in a long request cannot help.
+    """
+
+    def __init__(self, kube: Kube, settings: LeaseSettings, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kube = kube
+        self._settings = settings
+        self._clock = clock
+        self._rng = random.Random()
+        self._lock = threading.Lock()  # guards the fields below
+        self._attempts = threading.Lock()  # one API round-trip on the Lease at a time
+        self._observed = Observation(settings.lease_duration_s)
+        self._leader = False
+        self._term = 0  # bumped on every acquisition and step-down (detects races)
+        self._epoch: int | None = None
+        self._uid = ""
+        self._last_renew = 0.0
+        self._lost_reason = "it was never acquired"
+        self._last_error = ""
+        self._on_lost: OnLost | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- state --------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> LeaseSettings:
+        return self._settings
+
+    @property
+    def where(self) -> str:
+        return f"Lease {self._settings.namespace}/{self._settings.name}"
+
+    @property
+    def is_leader(self) -> bool:
+        """Leader, and the last renew is within the renew deadline (no API call)."""
+        now = self._clock()
+        with self._lock:
+            return self._leader and renew_is_fresh(self._last_renew,
+                                                   self._settings.renew_deadline_s, now)
+
+    @property
+    def epoch(self) -> int:
+        """``leaseTransitions`` when this process last took the Lease; ``LeaseLostError``
+        if it never did."""
+        with self._lock:
+            epoch = self._epoch
+        if epoch is None:
+            raise LeaseLostError(f"{self.where} was never acquired by this process")
+        return epoch
+
+    @property
+    def holder(self) -> str:
+        """The holder this process last saw in the Lease ("" when free or not yet read)."""
+        with self._lock:
+            record = self._observed.record
+        return record.holder if record else ""
+
+    # ---- election -----------------------------------------------------------------------
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt to take or renew the Lease. True when this process now holds it.
+
+        Transient API errors and lost compare-and-swaps count as a failed attempt; terminal
+        errors (RBAC, a missing Lease kind) are raised."""
+        with self._attempts:
+            return self._attempt(renew_only=False)
+
+    def acquire(self, timeout_s: float,
+                on_wait: Callable[[str, float], None] | None = None) -> int:
+        """Take the Lease, retrying every (jittered) retry period; returns the epoch.
+
+        ``on_wait(holder, seconds_waited)`` is called after each failed attempt. After
+        ``timeout_s`` (0: a single attempt) raises :class:`LeaseBusyError`."""
+        start = self._clock()
+        while True:
+            if self.try_acquire_or_renew():
+                return self.epoch
+            waited = self._clock() - start
+            holder = self.holder
+            if waited >= timeout_s:
+                if holder and holder != self._settings.identity:
+                    raise LeaseBusyError(
+                        f"{self.where} is held by {holder}; gave up after {waited:.0f} s "
+                        f"(another gitray is applying: wait for it or raise the timeout)")
+                raise LeaseBusyError(f"could not take the {self.where} within {waited:.0f} s: "
+                                     f"{self._last_error or 'lost every compare-and-swap'}")
+            if on_wait is not None:
+                on_wait(holder, waited)
+            time.sleep(max(0.0, min(retry_delay(self._settings.retry_period_s, self._rng),
+                                    timeout_s - waited)))
+
+    def start_renewing(self, on_lost: OnLost | None = None) -> None:
+        """Renew every retry period in the background; when no renew succeeds within the
+        renew deadline (or another process took the Lease), step down and call
+        ``on_lost(reason)`` once."""
+        with self._lock:
+            if not self._leader:
+                raise LeaseLostError(f"{self.where}: cannot renew, this process does not hold "
+                                     f"it ({self._lost_reason})")
+            self._on_lost = on_lost
+            running = not self._stop.is_set() and any(t.is_alive() for t in self._threads)
+        if running:
+            return
+        self.stop_renewing()  # threads of an earlier term, if any
+        self._stop.clear()
+        self._threads = [
+            threading.Thread(target=self._renew_loop, name="gitray-lease-renew", daemon=True),
+            threading.Thread(target=self._deadline_loop, name="gitray-lease-deadline",
+                             daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop_renewing(self) -> None:
+        """Stop the background renewing (the Lease stays held until it lapses)."""
+        self._stop.set()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=self._settings.renew_deadline_s)
+        self._threads = []
+
+    def release(self) -> bool:
+        """Hand the Lease over at once: stop renewing, clear the holder and shorten the
+        duration (as client-go does). Returns whether the Lease was released; False when this
+        process no longer held it or the API server could not be reached (it then lapses)."""
+        self.stop_renewing()
+        with self._attempts:
+            with self._lock:
+                if not self._leader:
+                    return False
+                epoch, uid = self._epoch, self._uid
+            s = self._settings
+            try:
+                live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
+                if live is None or self._problem(live, epoch, uid):
+                    return False
+                record = LeaseRecord.from_spec(live.get("spec"))
+                now = _wall_now()
+                released = LeaseRecord(holder="", duration_s=_RELEASED_DURATION_S,
+                                       acquire_time=now, renew_time=now,
+                                       transitions=record.transitions)
+                self._kube.replace(self._body(live, released))
+                return True
+            except TransientError as e:
+                log.warning("could not release the %s: %s", self.where, e)
+                return False
+            finally:
+                with self._lock:
+                    self._leader = False
+                    self._term += 1
+                    self._lost_reason = "it was released"
+
+    # ---- fencing ------------------------------------------------------------------------
+
+    def ensure_held(self) -> None:
+        """Return only if this process still holds the Lease in the same epoch; otherwise
+        raise :class:`LeaseLostError` (stepping down). Call it before every mutation.
+
+        Local expiry is checked before any API call, and again after the read (which may
+        itself have been slow)."""
+        self._check_local()
+        s = self._settings
+        live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
+        with self._lock:
+            epoch, uid = self._epoch, self._uid
+        problem = "it was deleted" if live is None else self._problem(live, epoch, uid)
+        if problem:
+            self._step_down(problem)
+            raise LeaseLostError(f"{self.where} lost: {problem}; this process (epoch {epoch}) "
+                                 f"stops mutating")
+        self._check_local()
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _check_local(self) -> None:
+        now = self._clock()
+        with self._lock:
+            if not self._leader:
+                raise LeaseLostError(f"{self.where} is not held by this process "
+                                     f"({self._lost_reason}); stop mutating")
+            age = now - self._last_renew
+            fresh = renew_is_fresh(self._last_renew, self._settings.renew_deadline_s, now)
+        if not fresh:
+            reason = (f"last renewed {age:.1f} s ago, beyond the "
+                      f"{self._settings.renew_deadline_s:g} s renew deadline "
+                      f"(was this process paused?)")
+            self._step_down(reason)
+            raise LeaseLostError(f"{self.where}: {reason}; refusing to act")
+
+    def _problem(self, live: Mapping[str, Any], epoch: int | None, uid: str) -> str:
+        """Why the live Lease shows this process no longer holds it ("" if it still does)."""
+        record = LeaseRecord.from_spec(live.get("spec"))
+        if (live.get("metadata") or {}).get("uid", "") != uid:
+            return "it was deleted and created again"
+        if record.holder != self._settings.identity:
+            return f"it is now held by {record.holder or 'nobody'} (epoch {record.transitions})"
+        if record.transitions != epoch:
+            return f"it moved on to epoch {record.transitions}"
+        return ""
+
+    def _step_down(self, reason: str) -> None:
+        with self._lock:
+            if not self._leader:
+                return
+            self._leader = False
+            self._term += 1
+            self._lost_reason = reason
+            callback = self._on_lost
+        self._stop.set()
+        log.warning("stepped down from the %s: %s", self.where, reason)
+        if callback is not None:
+            try:
+                callback(reason)
+            except Exception:  # a broken callback must not kill the renewing thread silently
+                log.exception("the on_lost callback of the %s failed", self.where)
+
+    def _attempt(self, *, renew_only: bool) -> bool:
+        s = self._settings
+        t0 = self._clock()  # a renew counts from before its request was sent
+        with self._lock:
+            expired = self._leader and not renew_is_fresh(self._last_renew,
+                                                          s.renew_deadline_s, t0)
+        if expired:
+            self._step_down("the renew deadline passed")
+        with self._lock:
+            renewing, term, epoch, uid = self._leader, self._term, self._epoch, self._uid
+        if renew_only and not renewing:
+            return False
+        try:
+            live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
+            if live is None:
+                if renewing:
+                    self._step_down("it was deleted")
+                if renew_only:
+                    return False
+                return self._create(t0)
+            record = LeaseRecord.from_spec(live.get("spec"))
+            with self._lock:
+                self._observed.see(record, t0)
+            if renewing:
+                problem = self._problem(live, epoch, uid)
+                if problem:
+                    self._step_down(problem)
+                    return False
+            elif renew_only or not self._observed.claimable(s.identity, t0):
+                return False
+            new = next_record(record, s.identity, renewing=renewing,
+                              duration_s=s.lease_duration_s, now_wall=_wall_now())
+            written = self._kube.replace(self._body(live, new))
+        except TransientError as e:  # includes a lost compare-and-swap (ConflictError)
+            self._last_error = str(e)
+            return False
+        return self._won(written, t0, renewing, term)
+
+    def _create(self, t0: float) -> bool:
+        s = self._settings
+        now = _wall_now()
+        record = LeaseRecord(holder=s.identity, duration_s=s.lease_duration_s,
+                             acquire_time=now, renew_time=now, transitions=0)
+        body = {"apiVersion": LEASE_API_VERSION, "kind": _KIND,
+                "metadata": {"name": s.name, "namespace": s.namespace,
+                             "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+                "spec": record.to_spec()}
+        created = self._kube.create(body)  # ConflictError: someone else created it first
+        return self._won(created, t0, renewing=False, term=-1)
+
+    def _won(self, written: Mapping[str, Any], t0: float, renewing: bool, term: int) -> bool:
+        record = LeaseRecord.from_spec(written.get("spec"))
+        with self._lock:
+            self._observed.see(record, t0)
+            if renewing:
+                if self._term != term:  # stepped down while the renew was in flight
+                    return False
+            else:
+                self._term += 1
+                self._leader = True
+                self._epoch = record.transitions
+                self._uid = str((written.get("metadata") or {}).get("uid", ""))
+                self._lost_reason = ""
+            self._last_renew = t0
+        if not renewing:
+            log.info("took the %s as %s (epoch %d)", self.where, self._settings.identity,
+                     record.transitions)
+        return True
+
+    def _body(self, live: Mapping[str, Any], record: LeaseRecord) -> dict[str, Any]:
+        meta = live.get("metadata") or {}
+        metadata = {k: meta[k] for k in ("name", "namespace", "resourceVersion", "labels",
+                                         "annotations") if meta.get(k) is not None}
+        return {"apiVersion": LEASE_API_VERSION, "kind": _KIND, "metadata": metadata,
+                "spec": record.to_spec()}
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._settings.retry_period_s):
+            try:
+                with self._attempts:
+                    renewed = self._attempt(renew_only=True)
+                with self._lock:
+                    if not renewed and not self._leader:
+                        return
+            except GitrayError as e:  # terminal (e.g. RBAC): keep trying until the deadline
+                self._last_error = str(e)
+                log.warning("renewing the %s failed: %s", self.where, e)
+
+    def _deadline_loop(self) -> None:
+        deadline = self._settings.renew_deadline_s
+        while True:
+            with self._lock:
+                if not self._leader:
+                    return
+                left = self._last_renew + deadline - self._clock()
+            if left <= 0:
+                self._step_down(f"no renew succeeded within the {deadline:g} s renew deadline"
+                                + (f" ({self._last_error})" if self._last_error else ""))
+                return
+            if self._stop.wait(min(left, self._settings.retry_period_s)):
+                return
