@@ -78,8 +78,7 @@ def namespace(testenv: TestEnv) -> Iterator[str]:
         testenv.core.delete_namespace(name)
 
         def gone() -> bool:
-            return not any(p.metadata.namespace == name for p in
-                           testenv.core.list_pod_for_all_namespaces(
-                               label_selector="ray.io/node-type=head").items)
-        # don't let Ray heads (about 1 GB each) pile up across tests
-        wait_for(gone, timeout=120, what=f"pods of namespace {name} gone")
+            pods = testenv.core.list_namespaced_pod(name).items
+            return not pods and not [h for h in testenv.ray_heads() if h["namespace"] == name]
+        # don't let Ray heads (about 1 GB each) pile up across tests, nor their IPs linger
+        wait_for(gone, timeout=120, what=f"pods and Ray heads of namespace {name} gone")

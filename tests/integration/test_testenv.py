@@ -63,14 +63,14 @@ def test_deleting_raycluster_removes_pods_and_ray(testenv: TestEnv, namespace: s
     testenv.wait_dashboard(pod)
     wait_for(lambda: len(testenv.cluster_pods(namespace, "gone")) == 2, 60,
              what="head and worker pods")
-    head = wait_for(lambda: testenv.ray_head_for(pod.status.pod_ip), 30, what="head record")
+    head = testenv.wait_ray_head(pod)
     assert testenv.ray_head_alive(head)
 
     testenv.delete_raycluster(namespace, "gone")
     wait_for(lambda: not testenv.cluster_pods(namespace, "gone"), 90,
              what="pods garbage-collected")
     wait_for(lambda: not testenv.ray_head_alive(head), 60, what="Ray head processes gone")
-    assert testenv.ray_head_for(pod.status.pod_ip) is None
+    assert testenv.ray_head_for(pod) is None
     listening = procs.listening_sockets()
     assert not [s for s in listening if s[0] == pod.status.pod_ip], listening
 

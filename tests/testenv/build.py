@@ -318,8 +318,8 @@ def _build_kuberay(lay: Layout, run: _Runner) -> None:
 def _extract_files(lay: Layout) -> None:
     kuberay = module_dir(CANDIDATES["kuberay"][0], lay.versions["kuberay"], lay.root)
     lay.crds.mkdir(parents=True, exist_ok=True)
-    for crd in CRD_NAMES:
-        shutil.copyfile(kuberay / "config" / "crd" / "bases" / crd, lay.crds / crd)
+    for crd in sorted((kuberay / "config" / "crd" / "bases").glob("ray.io_*.yaml")):
+        shutil.copyfile(crd, lay.crds / crd.name)  # CRD_NAMES plus e.g. raycronjobs
     kwok = module_dir(CANDIDATES["kwok"][0], lay.versions["kwok"], lay.root)
     lay.stages.mkdir(parents=True, exist_ok=True)
     for stage in KWOK_STAGES:

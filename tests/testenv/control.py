@@ -317,8 +317,9 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
     done = step("KubeRay CRDs")
     crds = sorted(str(p) for p in lay.crds.glob("*.yaml"))
     kubectl(state, "apply", "--server-side", *[a for c in crds for a in ("-f", c)])
-    kubectl(state, "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io")
+    names = [f"crd/{Path(c).name.removeprefix('ray.io_').removesuffix('.yaml')}.ray.io"
+             for c in crds]
+    kubectl(state, "wait", "--for=condition=Established", "--timeout=60s", *names)
     done()
 
     kconf = state.kubeconfig

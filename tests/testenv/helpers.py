@@ -170,8 +170,16 @@ class TestEnv:
                 continue
         return out
 
-    def ray_head_for(self, pod_ip: str) -> dict[str, Any] | None:
-        return next((h for h in self.ray_heads() if h["ip"] == pod_ip), None)
+    def ray_head_for(self, pod: Any) -> dict[str, Any] | None:
+        """The runner's record of the Ray head for this pod (matched by pod UID), if any."""
+        return next((h for h in self.ray_heads() if h["uid"] == pod.metadata.uid), None)
+
+    def wait_ray_head(self, pod: Any, timeout: float = 120) -> dict[str, Any]:
+        """Wait until the runner reports the pod's Ray head (and Serve) started; its record."""
+        def ready() -> dict[str, Any] | None:
+            head = self.ray_head_for(pod)
+            return head if head and head.get("ready") else None
+        return wait_for(ready, timeout, what=f"Ray head for pod {pod.metadata.name}")
 
     @staticmethod
     def ray_head_alive(record: dict[str, Any]) -> bool:
@@ -184,7 +192,8 @@ class TestEnv:
         return f"http://{pod.status.pod_ip}:{port}"
 
     def wait_dashboard(self, pod: Any, timeout: float = 120) -> str:
-        """Wait until the Ray dashboard on the pod IP answers the Serve REST API; returns URL."""
+        """Wait until the pod's own Ray head answers the Serve REST API on the pod IP; its URL."""
+        self.wait_ray_head(pod, timeout)
         url = self.dashboard_url(pod)
 
         def answers() -> bool:

@@ -49,6 +49,7 @@ HEAD_SELECTOR = "ray.io/node-type=head"
 PORT_BASE, BLOCK_SIZE, BLOCKS = 20000, 100, 100
 TEMP_ROOT = Path("/tmp/gitray-ray")
 RETRY_AFTER = 20.0
+STOP_GRACE = 3.0
 
 SERVE_START = """
 import sys, ray
@@ -74,6 +75,7 @@ class Head:
     started: int | None
     temp_dir: str
     ports: dict[str, int]
+    ready: bool = False
 
 
 def block_ports(block: int) -> dict[str, int]:
@@ -114,6 +116,7 @@ class Runner:
         self.heads: dict[str, Head] = {}
         self.starting: set[str] = set()
         self.failed: dict[str, float] = {}
+        self.busy_ips: set[str] = set()  # IPs with a head running, starting or stopping
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         me = os.getpid()
@@ -140,7 +143,10 @@ class Runner:
                     continue
                 if time.monotonic() - self.failed.get(key, -1e9) < RETRY_AFTER:
                     continue
+                if pod.status.pod_ip in self.busy_ips:
+                    continue  # kwok reuses IPs: wait until the old head on it is gone
                 self.starting.add(key)
+                self.busy_ips.add(pod.status.pod_ip)
                 to_start.append((key, pod))
         for head in to_stop:
             threading.Thread(target=self.stop_head, args=(head,), daemon=True).start()
@@ -179,7 +185,7 @@ class Runner:
             head = Head(key=key, namespace=ns, pod=name, uid=pod.metadata.uid, ip=ip,
                         block=block, pid=proc.pid, started=procs.start_time(proc.pid),
                         temp_dir=str(temp_dir), ports=ports)
-            (self.records / f"{block}.json").write_text(json.dumps(asdict(head)))
+            self._write(head)
             log.info("starting Ray head for %s/%s at %s (block %d, pid %d)",
                      ns, name, ip, block, proc.pid)
             dashboard = f"http://{ip}:{ports['dashboard']}/api/version"
@@ -198,6 +204,8 @@ class Runner:
                 fh.write(serve.stdout + serve.stderr)
             if serve.returncode != 0:
                 raise RuntimeError(f"serve.start failed: {serve.stderr.strip()[-500:]}")
+            head.ready = True
+            self._write(head)
             with self.lock:
                 self.heads[key] = head
                 self.starting.discard(key)
@@ -213,6 +221,7 @@ class Runner:
             with self.lock:
                 self.starting.discard(key)
                 self.failed[key] = time.monotonic()
+                self.busy_ips.discard(ip)
 
     def stop_head(self, head: Head) -> None:
         with self.lock:
@@ -221,10 +230,23 @@ class Runner:
             del self.heads[head.key]
         log.info("stopping Ray head for %s/%s (pid %d)", head.namespace, head.pod, head.pid)
         self._teardown(head)
+        with self.lock:
+            self.busy_ips.discard(head.ip)
         log.info("stopped Ray head for %s/%s", head.namespace, head.pod)
+        if not self.stopping.is_set():
+            try:
+                self.resync()  # a new pod may be waiting for this IP
+            except Exception as exc:
+                log.warning("resync after stop failed: %s", exc)
+
+    def _write(self, head: Head) -> None:
+        tmp = self.records / f".{head.block}.tmp"
+        tmp.write_text(json.dumps(asdict(head)))
+        os.replace(tmp, self.records / f"{head.block}.json")
 
     def _teardown(self, head: Head) -> None:
-        procs.stop_session(head.pid, head.started, grace=10)
+        # The pod is gone: no need for Ray's 30 s drain. A short grace, then SIGKILL.
+        procs.stop_session(head.pid, head.started, grace=STOP_GRACE)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
         (self.records / f"{head.block}.json").unlink(missing_ok=True)
         procs.release("ray-ports", head.block)
