@@ -1,0 +1,270 @@
+"""Leader election with epoch and fencing, against the real kube-apiserver.
+
+Each elector has its own Kube client (its own connection), as separate processes would.
+Tests that wait for a takeover shorten the durations to 3 s / 2 s / 0.5 s; the others use
+client-go's 15 s / 10 s / 2 s.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gitray.errors import LeaseLostError
+from gitray.sync.kube import Kube, KubeSettings
+from gitray.sync.lease import Lease, LeaseBusyError, LeaseSettings
+from tests.testenv.helpers import TestEnv, wait_for
+
+LEASE_S, RENEW_S, RETRY_S = 3, 2.0, 0.5  # shortened durations, where a test asks for them
+
+
+class ManualClock:
+    """A monotonic clock that moves only when told: stands for this process being paused."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Electors:
+    """Makes electors on Leases of one namespace, each with its own client."""
+
+    def __init__(self, kubeconfig: str, namespace: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.made: dict[int, tuple[Lease, Kube]] = {}
+
+    def __call__(self, identity: str, *, name: str = "gitray",
+                 clock: Callable[[], float] = time.monotonic, short: bool = False) -> Lease:
+        kube = Kube.connect(KubeSettings(kubeconfig=self.kubeconfig, request_timeout_s=5))
+        if short:
+            settings = LeaseSettings(namespace=self.namespace, name=name, identity=identity,
+                                     lease_duration_s=LEASE_S, renew_deadline_s=RENEW_S,
+                                     retry_period_s=RETRY_S)
+        else:
+            settings = LeaseSettings(namespace=self.namespace, name=name, identity=identity)
+        lease = Lease(kube, settings, clock=clock)
+        self.made[id(lease)] = (lease, kube)
+        return lease
+
+    def kube(self, lease: Lease) -> Kube:
+        return self.made[id(lease)][1]
+
+    def close(self) -> None:
+        for lease, kube in self.made.values():
+            lease.stop_renewing()
+            kube.close()
+
+
+@pytest.fixture
+def electors(testenv: TestEnv, namespace: str) -> Iterator[Electors]:
+    made = Electors(str(testenv.kubeconfig), namespace)
+    yield made
+    made.close()
+
+
+def live_spec(testenv: TestEnv, namespace: str, name: str = "gitray") -> dict[str, object]:
+    kube = Kube.connect(KubeSettings(kubeconfig=str(testenv.kubeconfig)))
+    try:
+        return dict(kube.get("coordination.k8s.io/v1", "Lease", namespace, name)["spec"])
+    finally:
+        kube.close()
+
+
+def test_only_one_of_two_electors_leads(electors: Electors, testenv: TestEnv,
+                                        namespace: str) -> None:
+    a, b = electors("a"), electors("b")
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert (a.is_leader, b.is_leader) == (True, False)
+    assert b.holder == "a"
+    assert a.epoch == 0
+    a.ensure_held()
+    with pytest.raises(LeaseLostError, match="not held by this process"):
+        b.ensure_held()
+    spec = live_spec(testenv, namespace)
+    assert spec["holderIdentity"] == "a"
+    assert spec["leaseTransitions"] == 0
+    assert spec["leaseDurationSeconds"] == 15
+    # renewing keeps the epoch
+    assert a.try_acquire_or_renew()
+    assert a.epoch == 0
+    assert live_spec(testenv, namespace)["leaseTransitions"] == 0
+
+
+def test_racing_electors_never_both_win(electors: Electors) -> None:
+    for round_ in range(5):
+        name = f"race-{round_}"
+        pair = [electors(f"x{round_}", name=name), electors(f"y{round_}", name=name)]
+        start = threading.Barrier(2)
+        wins: list[bool] = [False, False]
+
+        def attempt(i: int, pair: list[Lease] = pair, wins: list[bool] = wins,
+                    start: threading.Barrier = start) -> None:
+            start.wait()
+            wins[i] = pair[i].try_acquire_or_renew()
+
+        threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(wins) == 1, f"round {round_}: wins {wins}"
+        assert sum(e.is_leader for e in pair) == 1
+
+
+def test_takeover_after_the_lease_duration_increments_the_epoch(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    a_clock = ManualClock()  # a stays "awake" locally: only the remote check can fence it
+    a = electors("a", clock=a_clock, short=True)
+    b = electors("b", short=True)
+    assert a.acquire(timeout_s=5) == 0
+    waits: list[tuple[str, float]] = []
+    started = time.monotonic()
+    assert b.acquire(timeout_s=15, on_wait=lambda holder, s: waits.append((holder, s))) == 1
+    took = time.monotonic() - started
+    assert took >= LEASE_S
+    assert took < LEASE_S + 5
+    assert waits
+    assert waits[0][0] == "a"
+    assert b.is_leader
+    spec = live_spec(testenv, namespace)
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
+    # a still believes it leads (its clock says it renewed just now) ...
+    assert a.is_leader
+    requests = electors.kube(a).requests
+    # ... but the remote check fences it
+    with pytest.raises(LeaseLostError, match=r"now held by b \(epoch 1\)") as info:
+        a.ensure_held()
+    assert "\n" not in str(info.value)
+    assert electors.kube(a).requests > requests
+    assert not a.is_leader
+    assert not a.try_acquire_or_renew()  # b's claim is fresh
+    assert live_spec(testenv, namespace)["holderIdentity"] == "b"
+
+
+def test_a_paused_leader_refuses_before_any_request(electors: Electors,
+                                                    testenv: TestEnv, namespace: str) -> None:
+    clock = ManualClock()
+    a = electors("a", clock=clock)
+    assert a.acquire(timeout_s=5) == 0
+    a.ensure_held()
+    clock.advance(9.9)
+    a.ensure_held()  # within the 10 s renew deadline
+    clock.advance(0.2)  # "woke up" 10.1 s after the last renew
+    requests = electors.kube(a).requests
+    with pytest.raises(LeaseLostError, match=r"renew deadline .*paused") as info:
+        a.ensure_held()
+    assert "\n" not in str(info.value)
+    assert electors.kube(a).requests == requests  # refused locally, no network call
+    assert not a.is_leader
+    # the Lease itself still names a: the refusal was a local decision
+    assert live_spec(testenv, namespace)["holderIdentity"] == "a"
+    # taking it back is a new term, so work begun in the old one stays fenced
+    assert a.try_acquire_or_renew()
+    assert a.epoch == 1
+    assert live_spec(testenv, namespace)["leaseTransitions"] == 1
+
+
+def test_release_hands_over_at_once(electors: Electors, testenv: TestEnv,
+                                    namespace: str) -> None:
+    a, b = electors("a"), electors("b")  # client-go durations: 15 s lease
+    assert a.acquire(timeout_s=5) == 0
+    a.start_renewing()
+    with pytest.raises(LeaseBusyError, match="held by a; gave up after 0 s") as info:
+        b.acquire(timeout_s=0)
+    assert "\n" not in str(info.value)
+    assert a.release()
+    assert not a.is_leader
+    spec = live_spec(testenv, namespace)
+    assert "holderIdentity" not in spec
+    assert spec["leaseDurationSeconds"] == 1
+    started = time.monotonic()
+    assert b.acquire(timeout_s=0) == 1
+    assert time.monotonic() - started < 2
+    with pytest.raises(LeaseLostError):
+        a.ensure_held()
+    assert not a.release()  # nothing left to release
+
+
+def test_renewing_holds_the_lease_past_its_duration(electors: Electors,
+                                                    testenv: TestEnv, namespace: str) -> None:
+    a, b = electors("a", short=True), electors("b", short=True)
+    lost: list[str] = []
+    assert a.acquire(timeout_s=5) == 0
+    a.start_renewing(on_lost=lost.append)
+    with pytest.raises(LeaseBusyError, match="held by a"):
+        b.acquire(timeout_s=LEASE_S * 2)
+    assert a.is_leader
+    assert not lost
+    a.ensure_held()
+    spec = live_spec(testenv, namespace)
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("a", 0)
+
+
+def test_a_leader_whose_renewals_hang_steps_down_within_the_renew_deadline(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    a, b = electors("a", short=True), electors("b", short=True)
+    lost: list[tuple[float, str]] = []
+    assert a.acquire(timeout_s=5) == 0
+    a.start_renewing(on_lost=lambda reason: lost.append((time.monotonic(), reason)))
+    time.sleep(1)
+    assert a.is_leader
+    # partition a from the API server: its requests now go to a socket that accepts
+    # connections and never answers, so a renew hangs for the whole 5 s request timeout
+    with socket.create_server(("127.0.0.1", 0)) as blackhole:
+        cut = time.monotonic()
+        electors.kube(a).api_client.configuration.host = \
+            f"https://127.0.0.1:{blackhole.getsockname()[1]}"
+        wait_for(lambda: lost, timeout=10, interval=0.05, what="a to step down")
+    when, reason = lost[0]
+    assert when - cut <= RENEW_S + 0.3
+    assert "renew deadline" in reason
+    assert len(lost) == 1
+    assert not a.is_leader
+    with pytest.raises(LeaseLostError, match="not held by this process"):
+        a.ensure_held()
+    # b takes over once a's last renewal is a lease duration old
+    assert b.acquire(timeout_s=10) == 1
+
+
+def test_a_leader_whose_lease_was_taken_steps_down_on_its_next_renewal(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    a = electors("a", short=True)
+    lost: list[str] = []
+    assert a.acquire(timeout_s=5) == 0
+    a.start_renewing(on_lost=lost.append)
+    # someone (an operator with kubectl) hands the Lease to another holder
+    kube = Kube.connect(KubeSettings(kubeconfig=str(testenv.kubeconfig)))
+    try:
+        kube.patch("coordination.k8s.io/v1", "Lease", namespace, "gitray",
+                   {"spec": {"holderIdentity": "intruder", "leaseTransitions": 7}})
+    finally:
+        kube.close()
+    wait_for(lambda: lost, timeout=5, interval=0.05, what="a to step down")
+    assert "held by intruder (epoch 7)" in lost[0]
+    assert not a.is_leader
+
+
+def test_the_same_holder_in_another_epoch_is_fenced(electors: Electors, testenv: TestEnv,
+                                                    namespace: str) -> None:
+    a = electors("a")
+    assert a.acquire(timeout_s=5) == 0
+    kube = Kube.connect(KubeSettings(kubeconfig=str(testenv.kubeconfig)))
+    try:
+        kube.patch("coordination.k8s.io/v1", "Lease", namespace, "gitray",
+                   {"spec": {"leaseTransitions": 7}})
+    finally:
+        kube.close()
+    with pytest.raises(LeaseLostError, match="moved on to epoch 7"):
+        a.ensure_held()
+    assert not a.is_leader
