@@ -188,6 +188,8 @@ def probe(root: Path, say: bool = True) -> dict[str, str]:
     memo = root / f"probe-{_candidates_hash()}.json"
     if memo.is_file():
         return dict(json.loads(memo.read_text())["versions"])
+    if shutil.which("go") is None:
+        raise BuildError("`go` is not on PATH (needed to probe the Go module proxy)")
     chosen: dict[str, str] = {}
     refused: dict[str, dict[str, str]] = {}
     for name, (module, versions) in CANDIDATES.items():
@@ -344,8 +346,6 @@ def layout(root: Path | None = None, probe_if_needed: bool = True) -> Layout:
 
 def build(root: Path | None = None) -> Layout:
     """Build whatever is missing; print one line per component. Raises BuildError on failure."""
-    if shutil.which("go") is None:
-        raise BuildError("`go` is not on PATH")
     lay = layout(root)
     lay.bin.mkdir(parents=True, exist_ok=True)
     run = _Runner(lay.log)
@@ -365,6 +365,8 @@ def build(root: Path | None = None) -> Layout:
         if all(lay.binary(o).is_file() for o in outputs):
             print(f"{label}: cached", flush=True)
             continue
+        if shutil.which("go") is None:
+            raise BuildError(f"`go` is not on PATH (needed to build {label})")
         print(f"{label}: building (log: {lay.log}) ...", flush=True)
         t0 = time.monotonic()
         step(lay, run)
