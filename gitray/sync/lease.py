@@ -352,7 +352,9 @@ class Lease:
                 released = LeaseRecord(holder="", duration_s=_RELEASED_DURATION_S,
                                        acquire_time=now, renew_time=now,
                                        transitions=record.transitions)
-                self._kube.replace(self._body(live, released))
+                written = self._kube.replace(self._body(live, released))
+                with self._lock:
+                    self._observed.see(LeaseRecord.from_spec(written.get("spec")), self._clock())
                 return True
             except TransientError as e:
                 log.warning("could not release the %s: %s", self.where, e)

@@ -91,6 +91,8 @@ def test_only_one_of_two_electors_leads(electors: Electors, testenv: TestEnv,
     a.ensure_held()
     with pytest.raises(LeaseLostError, match="not held by this process"):
         b.ensure_held()
+    with pytest.raises(LeaseLostError, match="cannot renew"):
+        b.start_renewing()
     spec = live_spec(testenv, namespace)
     assert spec["holderIdentity"] == "a"
     assert spec["leaseTransitions"] == 0
@@ -128,6 +130,9 @@ def test_takeover_after_the_lease_duration_increments_the_epoch(
     a = electors("a", clock=a_clock, short=True)
     b = electors("b", short=True)
     assert a.acquire(timeout_s=5) == 0
+    a.start_renewing()
+    time.sleep(1)
+    a.stop_renewing()  # a stops renewing (but does not release)
     waits: list[tuple[str, float]] = []
     started = time.monotonic()
     assert b.acquire(timeout_s=15, on_wait=lambda holder, s: waits.append((holder, s))) == 1
@@ -194,6 +199,8 @@ def test_release_hands_over_at_once(electors: Electors, testenv: TestEnv,
     with pytest.raises(LeaseLostError):
         a.ensure_held()
     assert not a.release()  # nothing left to release
+    assert b.holder == "b"
+    assert a.holder == ""  # a saw its own release
 
 
 def test_renewing_holds_the_lease_past_its_duration(electors: Electors,
@@ -227,7 +234,7 @@ def test_a_leader_whose_renewals_hang_steps_down_within_the_renew_deadline(
             f"https://127.0.0.1:{blackhole.getsockname()[1]}"
         wait_for(lambda: lost, timeout=10, interval=0.05, what="a to step down")
     when, reason = lost[0]
-    assert when - cut <= RENEW_S + 0.3
+    assert when - cut <= RENEW_S + 0.5
     assert "renew deadline" in reason
     assert len(lost) == 1
     assert not a.is_leader
