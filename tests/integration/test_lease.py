@@ -7,10 +7,15 @@ client-go's 15 s / 10 s / 2 s.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +24,7 @@ from gitray.sync.kube import Kube, KubeSettings
 from gitray.sync.lease import Lease, LeaseBusyError, LeaseSettings
 from tests.testenv.helpers import TestEnv, wait_for
 
+REPO = Path(__file__).resolve().parents[2]
 LEASE_S, RENEW_S, RETRY_S = 3, 2.0, 0.5  # shortened durations, where a test asks for them
 
 
@@ -275,3 +281,51 @@ def test_the_same_holder_in_another_epoch_is_fenced(electors: Electors, testenv:
     with pytest.raises(LeaseLostError, match="moved on to epoch 7"):
         a.ensure_held()
     assert not a.is_leader
+
+
+PAUSED_CHILD = """
+import sys
+from gitray.errors import LeaseLostError
+from gitray.sync.kube import Kube, KubeSettings
+from gitray.sync.lease import Lease, LeaseSettings
+
+kube = Kube.connect(KubeSettings(kubeconfig=sys.argv[1], request_timeout_s=5))
+lease = Lease(kube, LeaseSettings(namespace=sys.argv[2], identity="paused",
+                                  lease_duration_s=3, renew_deadline_s=2.0, retry_period_s=0.5))
+lease.acquire(timeout_s=5)
+lease.start_renewing()
+print("held", lease.epoch, flush=True)
+sys.stdin.readline()  # SIGSTOPped here, then continued
+before = kube.requests
+try:
+    lease.ensure_held()
+    print("acted", flush=True)
+except LeaseLostError as e:
+    print("refused", kube.requests - before, e, flush=True)
+"""
+
+
+def test_a_process_woken_from_sigstop_refuses_to_act(electors: Electors, testenv: TestEnv,
+                                                     namespace: str) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_CHILD, str(testenv.kubeconfig), namespace],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().split() == ["held", "0"]
+        os.kill(child.pid, signal.SIGSTOP)
+        b = electors("b", short=True)
+        assert b.acquire(timeout_s=10) == 1  # the paused holder's lease lapses
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        words = child.stdout.readline().split(maxsplit=2)
+        assert words[:2] == ["refused", "0"], words  # refused before any request
+        assert child.wait(timeout=10) == 0
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()
+    spec = live_spec(testenv, namespace)
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
