@@ -17,14 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from gitray import __version__
+from gitray.console import ConsoleReporter
 from gitray.errors import GitrayError, UserError, ValidationError
 from gitray.model import LiveState
 from gitray.plans.load import LoadResult, Snapshot, load_snapshot
 from gitray.plans.materialize import materialize
-from gitray.plans.plan import Plan, plan_to_json
+from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
+from gitray.sync.dashboard import DashboardMode, Resolver
+from gitray.sync.executor import Outcome
+from gitray.sync.kube import Kube, KubeSettings, cluster_configured
+from gitray.sync.run import (
+    Desired,
+    ExecSettings,
+    check_saved_plan,
+    desired_from,
+    execute,
+    live_plan,
+    read_live,
+)
 from gitray.sync.source import read_snapshot
+from gitray.sync.status import render_status, workload_status
 
 __all__ = ["main"]
 
@@ -63,7 +77,44 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--detailed-exitcode", action="store_true",
                     help="exit 2 when the plan has changes, 0 when it has none")
     pl.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    cluster_args(pl)
+
+    ap = sub.add_parser("apply", help="apply a saved plan, or plan and apply a revision")
+    ap.add_argument("plan_file", nargs="?", metavar="PLAN_FILE",
+                    help="a plan saved with gitray plan --out; refused if it is stale")
+    repo_args(ap)
+    ap.add_argument("--yes", action="store_true", help="apply without asking")
+    cluster_args(ap)
+    exec_args(ap)
+
+    st = sub.add_parser("status", help="per workload: synced revision, step, clusters, Serve")
+    repo_args(st)
+    cluster_args(st)
+    st.add_argument("--lease-namespace", default=os.environ.get("GITRAY_LEASE_NAMESPACE",
+                                                                "gitray"))
+    st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
+                    default=os.environ.get("GITRAY_DASHBOARD"))
     return p
+
+
+def cluster_args(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--kubeconfig", default=None, help="kubeconfig file [$KUBECONFIG]")
+    cmd.add_argument("--context", default=None, help="kubeconfig context")
+
+
+def exec_args(cmd: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    cmd.add_argument("--lease-namespace", default=env("GITRAY_LEASE_NAMESPACE", "gitray"),
+                     help="namespace of the Lease and the run records [gitray]")
+    cmd.add_argument("--lease-name", default=env("GITRAY_LEASE_NAME", "gitray"))
+    cmd.add_argument("--lease-timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="how long to wait for another gitray to finish [60]")
+    cmd.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
+                     default=env("GITRAY_DASHBOARD"),
+                     help="how to reach Ray dashboards: service (in-cluster DNS), pod-ip, or "
+                          "proxy (through the API server) [service in-cluster, else proxy]")
+    cmd.add_argument("--ray-token-file", default=env("GITRAY_RAY_TOKEN_FILE"),
+                     help="file holding the Ray dashboard token (x-ray-authorization)")
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
@@ -92,13 +143,24 @@ def _load(repo: str, revision: str | None,
     return result, snapshot
 
 
-def _cluster_configured() -> bool:
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    kubeconfig = os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        return any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
-    return (Path.home() / ".kube" / "config").is_file()
+def _kube_settings(args: argparse.Namespace) -> KubeSettings:
+    return KubeSettings(kubeconfig=args.kubeconfig, context=args.context)
+
+
+def _dashboard_mode(args: argparse.Namespace) -> DashboardMode:
+    if args.dashboard:
+        return DashboardMode(args.dashboard)
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not args.kubeconfig
+    return DashboardMode.SERVICE if in_cluster else DashboardMode.PROXY
+
+
+def _secret_file(path: str | None, what: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError as e:
+        raise UserError(f"cannot read the {what} file {path}: {e.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -112,7 +174,7 @@ class _Basis:
 def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, Any]) -> _Basis:
     against = args.against
     if against is None:
-        if _cluster_configured():
+        if cluster_configured(_kube_settings(args)):
             against = "live"
         else:
             return _Basis(LiveState(), "empty", True,
@@ -121,8 +183,12 @@ def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, An
     if against == "empty":
         return _Basis(LiveState(), "empty", True, None)
     if against == "live":
-        raise UserError("--against live needs a cluster connection, which this build of gitray "
-                        "does not have yet; use --against empty or --against REV")
+        kube = Kube.connect(_kube_settings(args))
+        try:
+            live = read_live(kube, Desired(Snapshot("", "", ()), result))
+        finally:
+            kube.close()
+        return _Basis(live, "live", False, None)
     base, base_snapshot = _load(args.repo, against, overrides)
     return _Basis(materialize(base.workloads, base.config),
                   f"revision:{base_snapshot.revision}", True, None)
@@ -158,7 +224,83 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan}
+def _read_plan_file(path: str) -> Plan:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UserError(f"cannot read the plan file {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise UserError(f"{path} is not a gitray plan (not JSON: {e})") from None
+    problem = plan_schema_problem(data)
+    if problem:
+        raise UserError(f"{path} is not a valid gitray plan: {problem}")
+    return plan_from_json(data)
+
+
+def _confirm() -> None:
+    if not sys.stdin.isatty():
+        raise UserError("refusing to apply without --yes: standard input is not a terminal")
+    answer = input("Apply this plan? Only 'yes' is accepted: ")
+    if answer.strip() != "yes":
+        raise UserError("apply cancelled")
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    overrides = _overrides(args.set)
+    desired = desired_from(read_snapshot(args.repo, args.revision), overrides)
+    kube = Kube.connect(_kube_settings(args))
+    try:
+        if args.plan_file:
+            plan = _read_plan_file(args.plan_file)
+            check_saved_plan(plan, kube, desired)
+            print(f"The saved plan {args.plan_file} is current; applying it.")
+        else:
+            plan, _ = live_plan(kube, desired)
+            sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
+            if plan.has_changes and not args.yes:
+                _confirm()
+        settings = ExecSettings(lease_namespace=args.lease_namespace,
+                                lease_name=args.lease_name,
+                                lease_timeout_s=args.lease_timeout,
+                                dashboard_mode=_dashboard_mode(args),
+                                ray_token=_secret_file(args.ray_token_file, "Ray token"))
+
+        def waiting(holder: str, seconds: float) -> None:
+            print(f"waiting for the Lease {args.lease_namespace}/{args.lease_name} held by "
+                  f"{holder or 'nobody'} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+
+        outcomes = execute(kube, desired, plan, settings, ConsoleReporter(), waiting,
+                           replan=not args.plan_file)
+    finally:
+        kube.close()
+    failed = [o for o in outcomes if o.outcome is Outcome.FAILED]
+    skipped = [o for o in outcomes if o.outcome is Outcome.SKIPPED]
+    for o in failed:
+        print(f"gitray: {o.key} failed: {o.reason}", file=sys.stderr)
+        for message in o.messages[-1:]:
+            print(f"gitray: {o.key}: {message}", file=sys.stderr)
+    for o in skipped:
+        print(f"gitray: {o.key} not run: {o.reason}", file=sys.stderr)
+    done = len(outcomes) - len(failed) - len(skipped)
+    print(f"Apply finished: {done} workload(s) converged, {len(failed)} failed, "
+          f"{len(skipped)} not run.")
+    return EXIT_ERROR if failed or skipped else EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    desired = desired_from(read_snapshot(args.repo, args.revision), _overrides(args.set))
+    kube = Kube.connect(_kube_settings(args))
+    try:
+        rows = workload_status(kube, desired, args.lease_namespace,
+                               Resolver(kube, _dashboard_mode(args)))
+    finally:
+        kube.close()
+    sys.stdout.write(render_status(rows))
+    return EXIT_OK
+
+
+_COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
+             "status": _cmd_status}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

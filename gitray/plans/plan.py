@@ -24,6 +24,7 @@ __all__ = [
     "StepType",
     "WorkloadPlan",
     "plan_from_json",
+    "plan_schema_problem",
     "plan_to_json",
 ]
 
@@ -247,3 +248,13 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
         notes=tuple(data.get("notes", ())),
         label=str(data.get("label", "")),
     )
+
+
+def plan_schema_problem(data: Any) -> str:
+    """The first way ``data`` breaks ``schemas/plan.schema.json``, or "" when it conforms."""
+    from gitray.plans.jsonschemas import schema_errors
+
+    for path, message in schema_errors("plan.schema.json", data):
+        where = ".".join(str(p) for p in path)
+        return f"{where}: {message}" if where else message
+    return ""

@@ -27,6 +27,7 @@ from gitray.errors import LeaseLostError, TerminalError, TransientError
 from gitray.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 from gitray.sync.actions import Actions
+from gitray.sync.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
 
 __all__ = ["Executor", "Fence", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
 
@@ -35,7 +36,7 @@ _SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE}
 
 
 class Fence(Protocol):
-    """The Lease as the executor sees it."""
+    """The Lease as the executor sees it (gitray.sync.lease.Lease)."""
 
     @property
     def epoch(self) -> int: ...
@@ -74,17 +75,6 @@ class WorkloadOutcome:
     messages: tuple[str, ...] = field(default=(), compare=False)
 
 
-class ProgressStore(Protocol):
-    """Durable run records (gitray.sync.progress.ProgressStore)."""
-
-    def begin(self, wp: WorkloadPlan, revision: str, epoch: int) -> object: ...
-
-    def advance(self, record: object, step: Step, ok: bool, message: str,
-                started: float, finished: float) -> object: ...
-
-    def finish(self, record: object, succeeded: bool, reason: str) -> object: ...
-
-
 class Executor:
     def __init__(self, actions: Actions, fence: Fence, config: Config,
                  progress: ProgressStore | None = None, reporter: Reporter | None = None) -> None:
@@ -97,12 +87,12 @@ class Executor:
 
     # ---- plan level ---------------------------------------------------------------------
 
-    def run_plan(self, plan: Plan, *, start_at: dict[ObjectKey, int] | None = None
+    def run_plan(self, plan: Plan, *, resume: dict[ObjectKey, Record] | None = None
                  ) -> list[WorkloadOutcome]:
-        """Run every workload with steps; ``start_at`` resumes workloads mid-plan."""
+        """Run every workload with steps; ``resume`` continues interrupted runs' records."""
         outcomes: list[WorkloadOutcome] = []
         waves = sorted({w.wave for w in plan.workloads if w.steps})
-        starts = start_at or {}
+        records = resume or {}
         failed_wave: int | None = None
         for wave in waves:
             members = [w for w in plan.workloads if w.wave == wave and w.steps]
@@ -114,10 +104,10 @@ class Executor:
             supporting = [w for w in members if w.key.kind not in {k.value for k in Kind}]
             ray = [w for w in members if w not in supporting]
             for wp in supporting:
-                outcomes.append(self.run_workload(wp, plan.revision, starts.get(wp.key, 0)))
+                outcomes.append(self.run_workload(wp, plan.revision, records.get(wp.key)))
             with ThreadPoolExecutor(max_workers=max(1, self.config.max_parallel)) as pool:
                 outcomes += list(pool.map(
-                    lambda wp: self.run_workload(wp, plan.revision, starts.get(wp.key, 0)),
+                    lambda wp: self.run_workload(wp, plan.revision, records.get(wp.key)),
                     ray))
             if any(o.outcome is Outcome.FAILED for o in outcomes):
                 failed_wave = wave
@@ -125,40 +115,50 @@ class Executor:
 
     # ---- workload level -----------------------------------------------------------------
 
-    def run_workload(self, wp: WorkloadPlan, revision: str, start: int = 0) -> WorkloadOutcome:
-        total = len(wp.steps)
+    def run_workload(self, wp: WorkloadPlan, revision: str,
+                     resume: Record | None = None) -> WorkloadOutcome:
+        """Run ``wp`` from its first step, or continue ``resume`` (its plan, from its cursor)."""
         self.fence.ensure_held()
-        record = self.progress.begin(wp, revision, self.fence.epoch) if self.progress else None
+        record: Record | None = None
+        if resume is not None:
+            wp = resume.plan
+            if self.progress is not None:
+                record = self.progress.resume(resume, self.fence.epoch)
+        elif self.progress is not None:
+            record = self.progress.begin(wp, revision, self.fence.epoch)
+        start = resume.cursor if resume is not None else 0
+        total = len(wp.steps)
         messages: list[str] = []
-        done = start
         for index in range(start, total):
             step = wp.steps[index]
             self._emit(StepEvent(wp.key, index + 1, total, step, "start"))
-            started = _now()
+            started = utc_now()
             try:
                 message = self._run_step(wp, index, step)
             except TerminalError as e:
-                if isinstance(e, LeaseLostError):  # pragma: no cover - LeaseLost is transient
-                    raise
                 reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
-                if record is not None and self.progress is not None:
-                    record = self.progress.advance(record, step, False, str(e), started, _now())
+                record = self._record(record, step, StepStatus.FAILED, str(e), started)
                 cleanup = self._clean_up_failure(wp, index)
                 if cleanup:
                     messages.append(cleanup)
                 if record is not None and self.progress is not None:
-                    self.progress.finish(record, False, reason)
-                return WorkloadOutcome(wp.key, Outcome.FAILED, reason, done, total,
+                    self.progress.finish(record, RunState.FAILED, reason)
+                return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
                                        tuple(messages))
             messages.append(message)
-            done = index + 1
             self._emit(StepEvent(wp.key, index + 1, total, step, "done", message))
-            if record is not None and self.progress is not None:
-                record = self.progress.advance(record, step, True, message, started, _now())
+            record = self._record(record, step, StepStatus.OK, message, started)
         if record is not None and self.progress is not None:
-            self.progress.finish(record, True, "")
-        return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", done, total, tuple(messages))
+            self.progress.finish(record, RunState.SUCCEEDED)
+        return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", total, total, tuple(messages))
+
+    def _record(self, record: Record | None, step: Step, status: StepStatus, message: str,
+                started: str) -> Record | None:
+        if record is None or self.progress is None:
+            return record
+        return self.progress.advance(record, StepRecord(step.id, step.type.value, status,
+                                                        message, started, utc_now()))
 
     def _emit(self, event: StepEvent) -> None:
         with self._lock:
@@ -210,12 +210,6 @@ class Executor:
             return f"deleted failed pending cluster {cluster}"
         except (TransientError, TerminalError) as e:
             return f"could not clean up {cluster}: {e}"
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:

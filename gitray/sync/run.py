@@ -1,0 +1,149 @@
+"""One apply pass: read Git and the cluster, plan (or check a saved plan), take the Lease,
+resume or start each workload's run, execute, report. I/O; shared by ``gitray apply`` and the
+``gitray sync`` daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gitray.config import Config
+from gitray.errors import StalePlanError, ValidationError
+from gitray.model import LiveState, ObjectKey, Workload
+from gitray.plans.load import LoadResult, Snapshot, load_snapshot
+from gitray.plans.plan import Plan
+from gitray.plans.planner import compute_plan
+from gitray.plans.stale import stale_reasons
+from gitray.sync.actions import Actions
+from gitray.sync.cluster import read_live_state
+from gitray.sync.dashboard import DashboardMode, Resolver
+from gitray.sync.executor import Executor, Reporter, StepEvent, WorkloadOutcome
+from gitray.sync.kube import Kube, KubeSettings
+from gitray.sync.lease import Lease, LeaseSettings, default_identity
+from gitray.sync.progress import ProgressStore, Record, RunState
+
+__all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_from", "execute",
+           "live_plan", "read_live", "resumable"]
+
+
+@dataclass(frozen=True)
+class Desired:
+    snapshot: Snapshot
+    result: LoadResult
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Config:
+        return self.result.config
+
+    @property
+    def workloads(self) -> tuple[Workload, ...]:
+        return self.result.workloads
+
+
+def desired_from(snapshot: Snapshot, overrides: dict[str, Any]) -> Desired:
+    result = load_snapshot(snapshot, overrides)
+    if result.diagnostics:
+        raise ValidationError(result.diagnostics)
+    return Desired(snapshot, result, overrides)
+
+
+def _scope(desired: Desired) -> list[str]:
+    namespaces = {w.key.namespace for w in desired.workloads}
+    namespaces |= {g for g in desired.config.allowed_namespaces if not set(g) & set("*?[")}
+    return sorted(namespaces)
+
+
+def read_live(kube: Kube, desired: Desired) -> LiveState:
+    apis = {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
+    return read_live_state(kube, desired.config, namespaces=_scope(desired),
+                           desired_api_versions=apis)
+
+
+def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None
+              ) -> tuple[Plan, LiveState]:
+    live = read_live(kube, desired)
+    plan = compute_plan(desired.workloads, live, desired.config,
+                        revision=desired.snapshot.revision, against="live",
+                        now=(now or (lambda: datetime.now(UTC)))(), label=desired.snapshot.label)
+    return plan, live
+
+
+def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
+    """Raise StalePlanError unless ``saved`` still describes what applying would do."""
+    replanned, live = live_plan(kube, desired)
+    reasons = stale_reasons(saved, desired.snapshot.revision, live, replanned)
+    if reasons:
+        raise StalePlanError("stale plan: " + "; ".join(reasons)
+                             + ". Run gitray plan again and review the new plan.")
+
+
+@dataclass(frozen=True)
+class ExecSettings:
+    """How to execute: which Lease, how long to wait for it, how to reach dashboards."""
+
+    lease_namespace: str = "gitray"
+    lease_name: str = "gitray"
+    lease_timeout_s: float = 60.0
+    dashboard_mode: DashboardMode = DashboardMode.PROXY
+    ray_token: str | None = None
+    identity: str = field(default_factory=default_identity)
+
+
+def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
+    """Runs interrupted for the same desired spec: they continue from their cursor.
+
+    A run that was ``running`` for the spec Git still wants resumes with its stored plan
+    (steps are idempotent, so repeating the interrupted one is safe). Anything else starts
+    afresh from the new plan, which was computed from the live state.
+    """
+    wanted = {w.key: w.desired_hash for w in plan.workloads}
+    return {r.key: r for r in records
+            if r.state is RunState.RUNNING and r.key in wanted and wanted[r.key]
+            and r.desired_hash == wanted[r.key] and r.cursor < len(r.plan.steps)}
+
+
+def execute(kube: Kube, desired: Desired, plan: Plan, settings: ExecSettings,
+            reporter: Reporter, on_wait: Callable[[str, float], None],
+            *, replan: bool) -> list[WorkloadOutcome]:
+    """Take the Lease, resume or run every workload, release the Lease.
+
+    With ``replan`` (an unsaved plan shown before the Lease was taken), the plan is computed
+    again under the Lease and must still have the same steps.
+    """
+    lease_kube = Kube(kube.api_client, KubeSettings(request_timeout_s=5.0))
+    lease = Lease(lease_kube, LeaseSettings(namespace=settings.lease_namespace,
+                                            name=settings.lease_name,
+                                            identity=settings.identity))
+    lease.acquire(settings.lease_timeout_s, on_wait)
+    lease.start_renewing()
+    try:
+        if replan:
+            again, _ = live_plan(kube, desired)
+            if _steps(again) != _steps(plan):
+                progress = ProgressStore(kube, settings.lease_namespace,
+                                         desired.config.instance, lease)
+                if not resumable(again, progress.list()):
+                    raise StalePlanError("the cluster changed while waiting for the Lease; "
+                                         "run gitray apply again to see the new plan")
+            plan = again
+        progress = ProgressStore(kube, settings.lease_namespace, desired.config.instance, lease)
+        resume = resumable(plan, progress.list())
+        for key, record in sorted(resume.items()):
+            step = record.plan.steps[record.cursor]
+            reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
+                               f"started by epoch {record.epoch} at revision "
+                               f"{record.revision[:12]}"))
+        resolver = Resolver(kube, settings.dashboard_mode, settings.ray_token)
+        executor = Executor(Actions(kube, resolver), lease, desired.config, progress, reporter)
+        return executor.run_plan(plan, resume=resume)
+    finally:
+        lease.stop_renewing()
+        lease.release()
+
+
+def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:
+    return {str(w.key): [(s.type.value, s.target) for s in w.steps] for w in plan.workloads}
