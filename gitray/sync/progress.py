@@ -266,10 +266,11 @@ class ProgressStore:
 
     def resume(self, record: Record, epoch: int) -> Record:
         """Continue ``record`` (as loaded) under ``epoch``: same plan, cursor and results.
-        Refused when a newer epoch than ``epoch`` wrote the record."""
+        Refused when a newer epoch wrote it; a conflict when it changed since it was loaded."""
         if record.state is not RunState.RUNNING:
             raise ValueError(f"{record.key}: cannot resume a run that is {record.state}")
-        return self._take_over(replace(record, epoch=epoch))
+        self._refuse_newer(record, epoch)
+        return self._write(replace(record, epoch=epoch))
 
     def advance(self, record: Record, result: StepRecord) -> Record:
         """Store the result of the step at the cursor; ``ok``/``skipped`` move the cursor on,
@@ -316,6 +317,9 @@ class ProgressStore:
         return self._write(replace(record, resource_version=_version(current)), check=False)
 
     def _write(self, record: Record, *, check: bool = True) -> Record:
+        if not record.resource_version:
+            raise ValueError(f"{record.key}: only a record read from or written to the store "
+                             f"can be updated")
         if check:
             self._check_epoch(record.epoch)
             self._fence.ensure_held()

@@ -191,6 +191,23 @@ def test_two_writers_in_one_epoch_conflict(connect: Callable[[], Kube], leader: 
     assert second.load(wp.key) == written
 
 
+def test_resuming_a_record_that_changed_since_it_was_read_is_a_conflict(
+        connect: Callable[[], Kube], leader: Lease, namespace: str) -> None:
+    store = ProgressStore(connect(), namespace, INSTANCE, leader)
+    wp = workload_plan()
+    record = store.begin(wp, "rev1", leader.epoch)
+    loaded = store.load(wp.key)
+    assert loaded is not None
+    advanced = store.advance(record, result(record))  # e.g. the old leader's last step
+    with pytest.raises(ConflictError, match="read it again"):
+        store.resume(loaded, leader.epoch)
+    assert store.load(wp.key) == advanced
+    resumed = store.resume(advanced, leader.epoch)
+    assert (resumed.cursor, resumed.steps) == (1, advanced.steps)
+    with pytest.raises(ValueError, match="cannot resume a run that is succeeded"):
+        store.resume(store.finish(resumed, RunState.SUCCEEDED), leader.epoch)
+
+
 def test_a_writer_whose_lease_was_taken_is_refused(leases: Callable[..., Lease],
                                                    connect: Callable[[], Kube],
                                                    namespace: str) -> None:
