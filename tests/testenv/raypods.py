@@ -16,8 +16,9 @@ metrics export, worker ports) come from a machine-wide 100-port block per head
 machine never collide; the pod's ``gcs-server``/``client``/``metrics`` port numbers are therefore
 not used. Worker pods get no Ray (tests reach Ray only through the head).
 
-Each head gets ``PYTHONPATH=<repo>:<repo>/tests/integration/apps`` so Serve apps shipped in the
-repository are importable (e.g. ``import_path: hello:app``).
+Each head gets ``PYTHONPATH=<repo>:<repo>/tests/integration/apps:<repo>/examples-repo`` so
+Serve apps shipped in the repository are importable (e.g. ``import_path: hello:app``, or the
+examples' ``serve_apps.greeter:app``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ log = logging.getLogger("raypods")
 
 REPO = Path(__file__).resolve().parents[2]
 APPS = REPO / "tests" / "integration" / "apps"
+EXAMPLES = REPO / "examples-repo"  # its Serve apps (serve_apps.*), as an image would ship them
 HEAD_SELECTOR = "ray.io/node-type=head"
 PORT_BASE, BLOCK_SIZE, BLOCKS = 20000, 100, 100
 TEMP_ROOT = Path("/tmp/gitray-ray")
@@ -179,7 +181,7 @@ class Runner:
                 "--object-store-memory", str(100 * 1024 * 1024),
             ]
             env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
-                   "PYTHONPATH": os.pathsep.join([str(REPO), str(APPS)])}
+                   "PYTHONPATH": os.pathsep.join([str(REPO), str(APPS), str(EXAMPLES)])}
             logfile = self.logs / f"ray-{ns}-{name}.log"
             proc = procs.spawn(args, logfile, env=env)
             head = Head(key=key, namespace=ns, pod=name, uid=pod.metadata.uid, ip=ip,
