@@ -220,7 +220,9 @@ class Lease:
         self._clock = clock
         self._rng = random.Random()
         self._lock = threading.Lock()  # guards the fields below
-        self._attempts = threading.Lock()  # one API round-trip on the Lease at a time
+        # one API round-trip on the Lease at a time; re-entrant so that an on_lost callback
+        # run from a renewing thread may call release()
+        self._attempts = threading.RLock()
         self._observed = Observation(settings.lease_duration_s)
         self._leader = False
         self._term = 0  # bumped on every acquisition and step-down (detects races)
@@ -493,6 +495,7 @@ class Lease:
                 self._uid = str((written.get("metadata") or {}).get("uid", ""))
                 self._lost_reason = ""
             self._last_renew = t0
+        self._last_error = ""
         if not renewing:
             log.info("took the %s as %s (epoch %d)", self.where, self._settings.identity,
                      record.transitions)

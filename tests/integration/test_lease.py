@@ -254,8 +254,14 @@ def test_a_leader_whose_lease_was_taken_steps_down_on_its_next_renewal(
         electors: Electors, testenv: TestEnv, namespace: str) -> None:
     a = electors("a", short=True)
     lost: list[str] = []
+    released: list[bool] = []
+
+    def on_lost(reason: str) -> None:  # what a daemon does: note it, then let go
+        lost.append(reason)
+        released.append(a.release())
+
     assert a.acquire(timeout_s=5) == 0
-    a.start_renewing(on_lost=lost.append)
+    a.start_renewing(on_lost=on_lost)
     # someone (an operator with kubectl) hands the Lease to another holder
     kube = Kube.connect(KubeSettings(kubeconfig=str(testenv.kubeconfig)))
     try:
@@ -263,9 +269,11 @@ def test_a_leader_whose_lease_was_taken_steps_down_on_its_next_renewal(
                    {"spec": {"holderIdentity": "intruder", "leaseTransitions": 7}})
     finally:
         kube.close()
-    wait_for(lambda: lost, timeout=5, interval=0.05, what="a to step down")
+    wait_for(lambda: released, timeout=5, interval=0.05, what="a to step down and release")
     assert "held by intruder (epoch 7)" in lost[0]
+    assert released == [False]  # not a's to release any more (and no deadlock)
     assert not a.is_leader
+    assert live_spec(testenv, namespace)["holderIdentity"] == "intruder"
 
 
 def test_the_same_holder_in_another_epoch_is_fenced(electors: Electors, testenv: TestEnv,
