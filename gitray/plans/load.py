@@ -37,13 +37,21 @@ from gitray.plans.rules import (
     MAX_RAY_NAME,
     check_rules,
 )
-from gitray.plans.yamlsafe import YamlDocument, decode_text, format_path, parse_documents
+from gitray.plans.yamlsafe import (
+    NodeBudget,
+    YamlDocument,
+    decode_text,
+    format_path,
+    parse_documents,
+)
 
 __all__ = [
     "MANIFEST_SUFFIXES",
+    "MAX_DIAGNOSTICS_PER_FILE",
     "MAX_FILES",
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
+    "MAX_TOTAL_NODES",
     "LoadResult",
     "RepoFile",
     "Snapshot",
@@ -54,6 +62,8 @@ __all__ = [
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_TOTAL_BYTES = 64 * 1024 * 1024
 MAX_FILES = 5000
+MAX_DIAGNOSTICS_PER_FILE = 20
+MAX_TOTAL_NODES = 1_000_000  # YAML values per revision (a large repository has ~100 000)
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 _RAY_KINDS = frozenset(k.value for k in Kind)
@@ -106,14 +116,17 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
 
     diagnostics: list[Diagnostic] = []
     workloads: list[Workload] = []
+    budget = NodeBudget(MAX_TOTAL_NODES)
     for repo_file in _selected(snapshot, config, diagnostics):
-        for document in _documents(repo_file, diagnostics):
+        if budget.left < 0:
+            break  # reported once, at the file that went over
+        for document in _documents(repo_file, budget, diagnostics):
             workload = _workload(document, config, diagnostics)
             if workload is not None:
                 workloads.append(workload)
     _check_duplicates(workloads, diagnostics)
     if diagnostics:
-        return LoadResult(config, (), tuple(sorted(set(diagnostics))))
+        return LoadResult(config, (), _capped(diagnostics))
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), ())
 
 
@@ -155,7 +168,9 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB".replace(".0 MiB", " MiB")
 
 
-def _documents(repo_file: RepoFile, diagnostics: list[Diagnostic]) -> list[YamlDocument]:
+def _documents(
+    repo_file: RepoFile, budget: NodeBudget, diagnostics: list[Diagnostic]
+) -> list[YamlDocument]:
     where = SourceLocation(repo_file.path)
     if repo_file.data is None:
         problem = repo_file.problem or "it could not be read"
@@ -174,7 +189,7 @@ def _documents(repo_file: RepoFile, diagnostics: list[Diagnostic]) -> list[YamlD
     if text is None:
         diagnostics.append(undecodable or Diagnostic(where, "not readable as text"))
         return []
-    documents, problems = parse_documents(text, repo_file.path)
+    documents, problems = parse_documents(text, repo_file.path, budget)
     diagnostics.extend(problems)
     return documents
 
@@ -414,6 +429,25 @@ def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
         where = document.locate(path)
         problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
     return problems
+
+
+def _capped(diagnostics: list[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """Sorted, at most ``MAX_DIAGNOSTICS_PER_FILE`` per file plus a line saying how many more."""
+    out: list[Diagnostic] = []
+    by_path: dict[str, list[Diagnostic]] = {}
+    for diagnostic in sorted(set(diagnostics)):
+        by_path.setdefault(diagnostic.location.path, []).append(diagnostic)
+    for found in by_path.values():
+        out += found[:MAX_DIAGNOSTICS_PER_FILE]
+        if len(found) > MAX_DIAGNOSTICS_PER_FILE:
+            more = len(found) - MAX_DIAGNOSTICS_PER_FILE
+            out.append(
+                Diagnostic(
+                    found[MAX_DIAGNOSTICS_PER_FILE].location,
+                    f"... and {more} more problem{'s' if more > 1 else ''} in this file",
+                )
+            )
+    return tuple(out)
 
 
 def _check_duplicates(workloads: list[Workload], diagnostics: list[Diagnostic]) -> None:

@@ -1,12 +1,14 @@
 """Hostile-input-safe YAML reading: text in, plain JSON-safe values with locations out. Pure.
 
-ruamel.yaml only *parses* here (its parser is an iterative state machine, so deep nesting
-cannot exhaust Python's stack); the values are built from the event stream by this module, which
-is where every limit is enforced:
+ruamel.yaml only *parses* here (libyaml through ruamel.yaml.clib when installed, else the
+pure-Python parser; both are iterative state machines, so deep nesting cannot exhaust Python's
+stack); the values are built from the event stream by this module, which is where every limit is
+enforced:
 
 - no object is ever constructed from a tag: only the YAML core schema (str, int, float, bool,
   null, map, seq) is accepted, anything else (``!!python/object``, ``!foo``) is a diagnostic;
-- nesting deeper than ``MAX_DEPTH`` stops the file;
+- nesting deeper than ``MAX_DEPTH`` stops the file, and so do more than ``MAX_NODES`` nodes
+  (the caller may share a ``NodeBudget`` across files to bound a whole revision);
 - aliases are expanded by *reference*, and the number of nodes they would add is counted: more
   than ``MAX_ALIAS_NODES`` (a "billion laughs" bomb) stops the file before any memory is spent;
 - duplicate mapping keys and non-scalar keys are diagnostics (Kubernetes rejects them too).
@@ -43,7 +45,10 @@ from gitray.model import Diagnostic, SourceLocation
 __all__ = [
     "MAX_ALIAS_NODES",
     "MAX_DEPTH",
+    "MAX_NODES",
+    "PARSER",
     "JsonPath",
+    "NodeBudget",
     "YamlDocument",
     "decode_text",
     "format_path",
@@ -52,6 +57,14 @@ __all__ = [
 
 MAX_DEPTH = 64  # Kubernetes manifests nest ~20 deep; more is a mistake or an attack
 MAX_ALIAS_NODES = 100_000  # nodes that alias expansion may add to one file
+MAX_NODES = 250_000  # scalars, collections and aliases in one file (~20x a large manifest)
+
+try:  # libyaml is ~6x faster than the pure-Python parser; both are safe here
+    from ruamel.yaml.clib._ruamel_yaml import CParser as _CParser  # noqa: F401
+
+    PARSER = "c"
+except ImportError:  # pragma: no cover - depends on the installation
+    PARSER = "pure"
 
 JsonPath = tuple[str | int, ...]
 
@@ -127,9 +140,19 @@ def _byte_location(data: bytes, offset: int, path: str) -> SourceLocation:
     return SourceLocation(path, data.count(b"\n", 0, offset) + 1, offset - line_start + 1)
 
 
-def parse_documents(text: str, path: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
+class NodeBudget:
+    """How many more YAML nodes may be read (shared by the files of one revision)."""
+
+    def __init__(self, nodes: int) -> None:
+        self.total = nodes
+        self.left = nodes
+
+
+def parse_documents(
+    text: str, path: str, budget: NodeBudget | None = None
+) -> tuple[list[YamlDocument], list[Diagnostic]]:
     """Every non-empty document of ``text``; on a fatal problem, the ones before it."""
-    builder = _Builder(text, path)
+    builder = _Builder(text, path, budget or NodeBudget(MAX_NODES))
     try:
         for event in _events(text):
             builder.feed(event)
@@ -142,20 +165,23 @@ def parse_documents(text: str, path: str) -> tuple[list[YamlDocument], list[Diag
         context = f" ({err.context})" if err.context and err.problem else ""
         builder.diagnostics.append(Diagnostic(where, f"YAML syntax error: {problem}{context}"))
     except ReaderError as err:
+        position = err.position
+        if PARSER == "c":  # libyaml counts bytes of the UTF-8 encoding
+            position = len(text.encode()[:position].decode(errors="ignore"))
         builder.diagnostics.append(
             Diagnostic(
-                _char_location(text, err.position, path),
+                _char_location(text, position, path),
                 f"character {_char_name(err.character)} is not allowed in YAML",
             )
         )
-    except YAMLError as err:  # any other parser complaint: still one line, never a traceback
+    except (YAMLError, UnicodeError) as err:  # anything else: still one line, no traceback
         first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid YAML"
         builder.diagnostics.append(Diagnostic(SourceLocation(path), f"YAML error: {first}"))
     return builder.documents, builder.diagnostics
 
 
 def _events(text: str) -> Iterator[Event]:
-    yaml = YAML(typ="rt", pure=True)
+    yaml = YAML(typ="safe", pure=PARSER != "c")  # events only: nothing is constructed
     yield from yaml.parse(text)
 
 
@@ -202,9 +228,11 @@ class _Frame:
 class _Builder:
     """Turns parser events into plain values, enforcing the limits in the module docstring."""
 
-    def __init__(self, text: str, path: str) -> None:
+    def __init__(self, text: str, path: str, budget: NodeBudget) -> None:
         self.text = text
         self.path = path
+        self.budget = budget
+        self.file_nodes = 0
         self.documents: list[YamlDocument] = []
         self.diagnostics: list[Diagnostic] = []
         self.alias_nodes = 0
@@ -219,7 +247,11 @@ class _Builder:
         self.root: Any = None
         self.root_location = SourceLocation(self.path)
 
+    # (libyaml reports plain scalars with style "", the pure parser with None)
+
     def feed(self, event: Event) -> None:
+        if isinstance(event, ScalarEvent | AliasEvent | CollectionStartEvent):
+            self._count(event)
         if isinstance(event, DocumentStartEvent):
             self._reset()
             self.root_location = _loc(self.path, event.start_mark)
@@ -236,6 +268,21 @@ class _Builder:
             self._start(event)
         elif isinstance(event, MappingEndEvent | SequenceEndEvent):
             self._end()
+
+    def _count(self, event: Event) -> None:
+        self.file_nodes += 1
+        self.budget.left -= 1
+        if self.file_nodes > MAX_NODES:
+            raise _Stop(
+                _loc(self.path, event.start_mark),
+                f"more than {MAX_NODES} YAML values in one file; split it",
+            )
+        if self.budget.left < 0:
+            raise _Stop(
+                _loc(self.path, event.start_mark),
+                f"the files read hold more than {self.budget.total} YAML values in total; "
+                "narrow 'paths' or add 'exclude' globs in gitray.yaml",
+            )
 
     # -- values ---------------------------------------------------------------------------
 
@@ -309,7 +356,7 @@ class _Builder:
             return False
         frame = self.stack[-1]
         text = str(event.value)
-        if event.style is None and text == "<<" and _tag_text(event.tag) in (None, _CORE + "merge"):
+        if not event.style and text == "<<" and _tag_text(event.tag) in (None, _CORE + "merge"):
             frame.merge_pending = True
             frame.key_location = location
             return True
@@ -384,7 +431,7 @@ class _Builder:
         text = str(event.value)
         tag = _tag_text(event.tag)
         if tag in (None, "!"):
-            if event.style is not None or tag == "!":
+            if event.style or tag == "!":
                 return text
             return self._implicit(text, location)
         if tag in (_CORE + "str", _CORE + "timestamp", _CORE + "binary"):

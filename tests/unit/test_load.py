@@ -11,15 +11,30 @@ from pathlib import Path
 import pytest
 
 from gitray.model import Diagnostic, ObjectKey, SourceLocation
+from gitray.plans import load as load_module
+from gitray.plans import yamlsafe
 from gitray.plans.load import (
+    MAX_DIAGNOSTICS_PER_FILE,
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
+    MAX_TOTAL_NODES,
     LoadResult,
     RepoFile,
     Snapshot,
     load_snapshot,
 )
+from gitray.plans.yamlsafe import MAX_NODES
+
+
+@pytest.fixture(autouse=True, params=["c", "pure"])
+def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every case runs with libyaml (ruamel.yaml.clib) and with the pure-Python parser."""
+    if request.param == "c":
+        pytest.importorskip("ruamel.yaml.clib._ruamel_yaml")
+    monkeypatch.setattr(yamlsafe, "PARSER", request.param)
+    return str(request.param)
+
 
 SERVE_CONFIG = """\
     applications:
@@ -485,6 +500,41 @@ def test_too_many_bytes_in_total_stop_the_scan() -> None:
     last = [d for d in result.diagnostics if "in total" in d.message]
     assert [d.location for d in last] == [SourceLocation(f"j{count - 1:02}.yaml")]
     assert "exceed 64 MiB in total" in last[0].message
+
+
+def test_a_file_with_thousands_of_problems_reports_a_few_and_a_count() -> None:
+    # 2 problems on line 1 (no kind, no apiVersion), then a duplicate key on each later line
+    result = load({"dup.yaml": "a: 1\n" * 5000})
+    assert len(result.diagnostics) == MAX_DIAGNOSTICS_PER_FILE + 1
+    assert str(result.diagnostics[-1]) == (
+        f"dup.yaml:{MAX_DIAGNOSTICS_PER_FILE}:1: ... and "
+        f"{5001 - MAX_DIAGNOSTICS_PER_FILE} more problems in this file"
+    )
+
+
+def test_too_many_yaml_values_in_one_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(yamlsafe, "MAX_NODES", 1000)  # the mechanism, at a size tests afford
+    result = load({"flow.yaml": "[" + "1," * 5000 + "1]"})
+    assert [str(d) for d in result.diagnostics] == [
+        "flow.yaml:1:2000: more than 1000 YAML values in one file; split it"
+    ]
+
+
+def test_too_many_yaml_values_in_a_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load_module, "MAX_TOTAL_NODES", 2500)
+    chunk = "[" + "1," * 998 + "1]"  # 1000 values
+    result = load({f"f{i}.yaml": chunk for i in range(5)})
+    over = [str(d) for d in result.diagnostics if "in total" in d.message]
+    assert over == [
+        "f2.yaml:1:1000: the files read hold more than 2500 YAML values in total; narrow "
+        "'paths' or add 'exclude' globs in gitray.yaml"
+    ]
+    # f0, f1 parse (and are lists, not manifests); f3, f4 are never parsed
+    assert [d.location.path for d in result.diagnostics] == ["f0.yaml", "f1.yaml", "f2.yaml"]
+
+
+def test_the_real_value_limits_are_generous_but_bounded() -> None:
+    assert 100_000 <= MAX_NODES <= MAX_TOTAL_NODES <= 2_000_000
 
 
 def test_every_problem_of_a_revision_is_reported_at_once() -> None:
