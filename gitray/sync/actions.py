@@ -37,6 +37,7 @@ SERVE_POLL_S = 1.5
 DEPLOY_BUDGET_S = 180.0  # the dashboard comes up some seconds after the head pod is Ready
 GATING_BUDGET_S = 120.0
 DELETE_BUDGET_S = 180.0
+REDEPLOY_AFTER_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -219,13 +220,21 @@ class Actions:
     def _wait_serve_running(self, ns: str, step: Step, report: Report) -> str:
         cluster = str(step.params["cluster"])
         timeout = float(step.params.get("timeoutSeconds", 600))
-        started = self.clock.monotonic()
+        sent = step.params.get("serveConfig") or {}
+        started = last_put = self.clock.monotonic()
         summary = "no status yet"
         while True:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
-                    verdict = serve_verdict(step.params.get("serveConfig") or {},
-                                            client.applications())
+                    reported = client.applications()
+                    if (not reported.get("applications") and sent.get("applications")
+                            and self.clock.monotonic() - last_put >= REDEPLOY_AFTER_S):
+                        # Serve holds no applications at all: the head restarted and lost the
+                        # config (KubeRay re-sends it then too). The PUT is declarative.
+                        client.deploy(sent)
+                        last_put = self.clock.monotonic()
+                        report("Serve had no applications (head restarted?): config sent again")
+                    verdict = serve_verdict(sent, reported)
                 summary = verdict.summary
                 if verdict.state is ServeState.FAILED:
                     raise TerminalError(verdict.message)

@@ -1,0 +1,132 @@
+"""Helpers for end-to-end tests: a real Git repository of manifests and the real gitray CLI.
+
+Nothing here imitates Kubernetes, Ray or Git: repositories are made with the git command, and
+gitray runs as a separate process (``python -m gitray``) against the test environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
+_yaml = YAML(typ="safe", pure=True)
+
+
+def dump(*docs: Any) -> str:
+    """Documents as YAML; multi-line strings (serveConfigV2) as literal blocks."""
+    from io import StringIO
+
+    from ruamel.yaml.scalarstring import walk_tree
+
+    out = StringIO()
+    writer = YAML(typ="rt", pure=True)
+    writer.explicit_start = True
+    docs = copy.deepcopy(docs)
+    for doc in docs:
+        walk_tree(doc)
+    writer.dump_all(list(docs), out)
+    return out.getvalue()
+
+
+def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
+                       serve: str | None = None, name: str = "serve-demo") -> dict[str, Any]:
+    """The examples-repo RayService, moved to ``namespace``, with the given image/Serve config."""
+    doc: dict[str, Any] = copy.deepcopy(_yaml.load(EXAMPLE_SERVICE.read_text()))
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    cluster = doc["spec"]["rayClusterConfig"]
+    cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    if serve is not None:
+        doc["spec"]["serveConfigV2"] = serve
+    return doc
+
+
+def serve_config(*apps: tuple[str, str, str]) -> str:
+    """serveConfigV2 text for (name, route_prefix, import_path) triples."""
+    lines = ["applications:"]
+    for name, route, import_path in apps:
+        lines += [f"  - name: {name}", f"    route_prefix: {route}",
+                  f"    import_path: {import_path}"]
+    return "\n".join(lines) + "\n"
+
+
+GREETER = ("greeter", "/greet", "serve_apps.greeter:app")
+CALC = ("calc", "/calc", "serve_apps.calc:app")
+HELLO = ("hello", "/hello", "hello:app")
+
+
+def gitray_config(deletion_delay: str = "10s", **extra: Any) -> str:
+    doc: dict[str, Any] = {"apiVersion": "gitray.io/v1alpha1", "kind": "Config",
+                           "allowedNamespaces": ["*"],
+                           "rayService": {"deletionDelay": deletion_delay,
+                                          "clusterReadyTimeout": "3m",
+                                          "serveReadyTimeout": "3m"}}
+    doc.update(extra)
+    return dump(doc)
+
+
+class GitOpsRepo:
+    """A real Git repository in a temporary directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q", "-b", "main")
+        self.git("config", "user.email", "tests@gitray.io")
+        self.git("config", "user.name", "gitray tests")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", *args], cwd=self.path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def commit(self, message: str, files: dict[str, str | None]) -> str:
+        """Write (or, for None, delete) files and commit; returns the commit SHA."""
+        for rel, text in files.items():
+            target = self.path / rel
+            if text is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+
+@dataclass(frozen=True)
+class Gitray:
+    """Runs the real gitray CLI against the test environment."""
+
+    kubeconfig: str
+    lease_namespace: str
+
+    def argv(self, command: str, *args: str) -> list[str]:
+        base = [sys.executable, "-m", "gitray", command, *args, "--kubeconfig", self.kubeconfig]
+        if command in {"apply", "status"}:
+            base += ["--dashboard", "pod-ip", "--lease-namespace", self.lease_namespace]
+        return base
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "NO_COLOR": "1"}
+
+    def run(self, command: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(command, *args), capture_output=True, text=True,
+                              timeout=timeout, env=self.env(), stdin=subprocess.DEVNULL,
+                              cwd=REPO_ROOT)
+
+    def popen(self, command: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(command, *args), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=self.env(),
+                                stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+
+
+def output(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
