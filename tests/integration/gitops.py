@@ -117,10 +117,11 @@ class Gitray:
     def env(self) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "NO_COLOR": "1"}
 
-    def run(self, command: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def run(self, command: str, *args: str,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(command, *args), capture_output=True, text=True,
-                              timeout=timeout, env=self.env(), stdin=subprocess.DEVNULL,
-                              cwd=REPO_ROOT)
+                              check=False, timeout=timeout, env=self.env(),
+                              stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
 
     def popen(self, command: str, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(self.argv(command, *args), stdout=subprocess.PIPE,
