@@ -12,16 +12,12 @@ the YAML limits of ``gitray.plans.yamlsafe`` (nesting depth, alias expansion).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
-from gitray.config import CLUSTER_SCOPED_KINDS, CONFIG_FILE, Config, config_diagnostics
+from gitray.config import CONFIG_FILE, Config, config_diagnostics
 from gitray.model import (
-    ANN_WAVE,
-    API_VERSION_RAY,
     Diagnostic,
     Kind,
     ObjectKey,
@@ -29,12 +25,9 @@ from gitray.model import (
     Workload,
 )
 from gitray.plans.globs import matches_any
+from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.jsonschemas import schema_errors
 from gitray.plans.rules import (
-    DNS1035_LABEL,
-    DNS1123_LABEL,
-    DNS1123_SUBDOMAIN,
-    MAX_RAY_NAME,
     check_rules,
 )
 from gitray.plans.yamlsafe import (
@@ -67,7 +60,6 @@ MAX_TOTAL_NODES = 1_000_000  # YAML values per revision (a large repository has 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 _RAY_KINDS = frozenset(k.value for k in Kind)
-_WAVE = re.compile(r"^[-+]?[0-9]{1,6}$")
 
 
 @dataclass(frozen=True)
@@ -207,10 +199,10 @@ def _workload(
             )
         )
         return None
-    kind = _kind(document, config, diagnostics)
+    kind = check_kind(document, config, diagnostics)
     if kind is None:
         return None
-    identity = _identity(document, kind, config, diagnostics)
+    identity = check_identity(document, kind, config, diagnostics)
     problems = check_rules(kind, document)
     if kind in _RAY_KINDS:
         problems += _schema_problems(document, kind)
@@ -227,191 +219,6 @@ def _workload(
         source=document.start,
         wave=wave,
     )
-
-
-def _kind(document: YamlDocument, config: Config, diagnostics: list[Diagnostic]) -> str | None:
-    value = document.value
-    kind, api_version = value.get("kind"), value.get("apiVersion")
-    problems = len(diagnostics)
-    if not isinstance(kind, str) or not kind:
-        where = document.locate(("kind",)) if "kind" in value else document.start
-        diagnostics.append(Diagnostic(where, "missing kind (a string such as RayService)"))
-    if not isinstance(api_version, str) or not api_version:
-        where = document.locate(("apiVersion",)) if "apiVersion" in value else document.start
-        diagnostics.append(Diagnostic(where, "missing apiVersion (a string such as ray.io/v1)"))
-    if len(diagnostics) > problems:
-        return None
-    assert isinstance(kind, str)
-    where = document.locate(("kind",))
-    if kind in _RAY_KINDS:
-        if api_version != API_VERSION_RAY:
-            diagnostics.append(
-                Diagnostic(
-                    document.locate(("apiVersion",)),
-                    f"{kind} must use apiVersion {API_VERSION_RAY}, not {api_version!r}",
-                )
-            )
-            return None
-        return kind
-    if kind in config.supporting_kinds:
-        return kind
-    if kind in CLUSTER_SCOPED_KINDS:
-        message = (
-            f"{kind} is cluster-scoped; gitray only applies namespaced objects: create it "
-            "outside gitray or exclude this file in gitray.yaml"
-        )
-    else:
-        listed = ", ".join(config.supporting_kinds) or "none"
-        message = (
-            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService or a "
-            f"supporting kind ({listed}); add it to supportingKinds in gitray.yaml or exclude "
-            "this file"
-        )
-    diagnostics.append(Diagnostic(where, message))
-    return None
-
-
-def _identity(
-    document: YamlDocument, kind: str, config: Config, diagnostics: list[Diagnostic]
-) -> tuple[str, str, int] | None:
-    """(namespace, name, wave) of a manifest, or None after reporting why not."""
-    meta = document.value.get("metadata")
-    if not isinstance(meta, dict):
-        where = document.locate(("metadata",)) if "metadata" in document.value else document.start
-        diagnostics.append(Diagnostic(where, "missing metadata (a mapping with a name)"))
-        return None
-    before = len(diagnostics)
-    name = _name(document, kind, meta, diagnostics)
-    namespace = _namespace(document, meta, config, diagnostics)
-    _string_map(document, meta, "labels", diagnostics)
-    _string_map(document, meta, "annotations", diagnostics)
-    wave = _wave(document, meta, diagnostics)
-    if "generateName" in meta:
-        diagnostics.append(
-            Diagnostic(
-                document.locate(("metadata", "generateName")),
-                "metadata.generateName is not supported: gitray needs a fixed metadata.name",
-            )
-        )
-    if len(diagnostics) > before or name is None or namespace is None:
-        return None
-    return namespace, name, wave
-
-
-def _name(
-    document: YamlDocument, kind: str, meta: dict[str, Any], diagnostics: list[Diagnostic]
-) -> str | None:
-    name = meta.get("name")
-    where = document.locate(("metadata", "name")) if "name" in meta else document.locate(
-        ("metadata",)
-    )
-    if not isinstance(name, str) or not name:
-        diagnostics.append(Diagnostic(where, "missing metadata.name"))
-        return None
-    if kind in _RAY_KINDS:
-        if len(name) > MAX_RAY_NAME:
-            diagnostics.append(
-                Diagnostic(
-                    where,
-                    f"{kind} name {name!r} is {len(name)} characters; gitray allows at most "
-                    f"{MAX_RAY_NAME} so the names it derives (<name>-<hash>-serve-svc) fit "
-                    "Kubernetes' 63",
-                )
-            )
-            return None
-        if not DNS1035_LABEL.match(name):
-            diagnostics.append(
-                Diagnostic(
-                    where,
-                    f"metadata.name {name!r} is not a valid {kind} name: lowercase letters, "
-                    "digits and '-', starting with a letter (DNS-1035 label)",
-                )
-            )
-            return None
-    elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
-        diagnostics.append(
-            Diagnostic(
-                where,
-                f"metadata.name {name!r} is not a valid name: lowercase letters, digits, '-' "
-                "and '.', at most 253 characters (DNS-1123 subdomain)",
-            )
-        )
-        return None
-    return name
-
-
-def _namespace(
-    document: YamlDocument, meta: dict[str, Any], config: Config, diagnostics: list[Diagnostic]
-) -> str | None:
-    if "namespace" in meta:
-        namespace = meta["namespace"]
-        where = document.locate(("metadata", "namespace"))
-        if not isinstance(namespace, str) or not DNS1123_LABEL.match(namespace) or len(
-            namespace
-        ) > 63:
-            diagnostics.append(
-                Diagnostic(
-                    where,
-                    f"metadata.namespace {namespace!r} is not a valid namespace name: "
-                    "lowercase letters, digits and '-', at most 63 characters",
-                )
-            )
-            return None
-        origin = ""
-    else:
-        namespace = config.default_namespace
-        where = document.locate(("metadata",))
-        origin = " (from defaultNamespace)"
-    if not any(fnmatchcase(namespace, glob) for glob in config.allowed_namespaces):
-        allowed = ", ".join(config.allowed_namespaces)
-        diagnostics.append(
-            Diagnostic(
-                where,
-                f"namespace {namespace!r}{origin} is not in allowedNamespaces ({allowed}) of "
-                "gitray.yaml",
-            )
-        )
-        return None
-    return str(namespace)
-
-
-def _string_map(
-    document: YamlDocument, meta: dict[str, Any], field: str, diagnostics: list[Diagnostic]
-) -> None:
-    values = meta.get(field)
-    if values is None:
-        return
-    if not isinstance(values, dict):
-        diagnostics.append(
-            Diagnostic(document.locate(("metadata", field)), f"metadata.{field} must be a mapping")
-        )
-        return
-    for key, value in values.items():
-        if not isinstance(value, str):
-            diagnostics.append(
-                Diagnostic(
-                    document.locate(("metadata", field, key)),
-                    f"metadata.{field}.{key} must be a string; quote the value",
-                )
-            )
-
-
-def _wave(document: YamlDocument, meta: dict[str, Any], diagnostics: list[Diagnostic]) -> int:
-    annotations = meta.get("annotations")
-    if not isinstance(annotations, dict) or ANN_WAVE not in annotations:
-        return 0
-    text = annotations[ANN_WAVE]
-    if isinstance(text, str) and _WAVE.match(text.strip()):
-        return int(text.strip())
-    if isinstance(text, str):  # a non-string value was reported by _string_map
-        diagnostics.append(
-            Diagnostic(
-                document.locate(("metadata", "annotations", ANN_WAVE)),
-                f"annotation {ANN_WAVE} must be an integer such as \"1\" or \"-2\", "
-                f"not {text!r}",
-            )
-        )
-    return 0
 
 
 def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:

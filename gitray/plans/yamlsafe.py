@@ -19,7 +19,6 @@ document root, so later checks (JSON Schema, gitray's rules) can point at the ex
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.reader import ReaderError
 
 from gitray.model import Diagnostic, SourceLocation
+from gitray.plans.yamlscalars import CORE, resolve_scalar, tag_text, unsupported_tag
 
 __all__ = [
     "MAX_ALIAS_NODES",
@@ -68,16 +68,6 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 JsonPath = tuple[str | int, ...]
 
-_CORE = "tag:yaml.org,2002:"
-_NULL = re.compile(r"^(|~|null|Null|NULL)$")
-_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
-_INT10 = re.compile(r"^[-+]?[0-9]+$")
-_INT8 = re.compile(r"^0o[0-7]+$")
-_INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
-_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
-_INF = re.compile(r"^[-+]?\.(inf|Inf|INF)$")
-_NAN = re.compile(r"^\.(nan|NaN|NAN)$")
-_MAX_INT_DIGITS = 64
 
 
 @dataclass(frozen=True)
@@ -203,15 +193,6 @@ def _loc(path: str, mark: Any) -> SourceLocation:
     return SourceLocation(path, int(mark.line) + 1, int(mark.column) + 1)
 
 
-def _tag_text(tag: object) -> str | None:
-    value = getattr(tag, "value", tag)
-    return None if value is None else str(value)
-
-
-def _short_tag(tag: str) -> str:
-    return "!!" + tag[len(_CORE) :] if tag.startswith(_CORE) else tag
-
-
 @dataclass
 class _Frame:
     container: dict[str, Any] | list[Any]
@@ -327,10 +308,10 @@ class _Builder:
         if len(self.stack) >= MAX_DEPTH:
             raise _Stop(location, f"nesting deeper than {MAX_DEPTH} levels")
         is_map = isinstance(event, MappingStartEvent)
-        expected = _CORE + ("map" if is_map else "seq")
-        tag = _tag_text(event.tag)
+        expected = CORE + ("map" if is_map else "seq")
+        tag = tag_text(event.tag)
         if tag not in (None, "!", expected):
-            self.diagnostics.append(Diagnostic(location, self._bad_tag(tag)))
+            self.diagnostics.append(Diagnostic(location, unsupported_tag(tag)))
         path = self._child_path(location)
         container: dict[str, Any] | list[Any] = {} if is_map else []
         anchor = None if event.anchor is None else str(event.anchor)
@@ -356,7 +337,7 @@ class _Builder:
             return False
         frame = self.stack[-1]
         text = str(event.value)
-        if not event.style and text == "<<" and _tag_text(event.tag) in (None, _CORE + "merge"):
+        if not event.style and text == "<<" and tag_text(event.tag) in (None, CORE + "merge"):
             frame.merge_pending = True
             frame.key_location = location
             return True
@@ -428,54 +409,10 @@ class _Builder:
             self.anchors[str(anchor)] = (value, size)
 
     def _resolve(self, event: ScalarEvent, location: SourceLocation) -> Any:
-        text = str(event.value)
-        tag = _tag_text(event.tag)
-        if tag in (None, "!"):
-            if event.style or tag == "!":
-                return text
-            return self._implicit(text, location)
-        if tag in (_CORE + "str", _CORE + "timestamp", _CORE + "binary"):
-            return text
-        if tag in (_CORE + "int", _CORE + "float", _CORE + "bool", _CORE + "null"):
-            value = self._implicit(text, location)
-            name = tag[len(_CORE) :]
-            wanted = {"int": int, "float": float, "bool": bool, "null": type(None)}[name]
-            if isinstance(value, wanted) and not (wanted is int and isinstance(value, bool)):
-                return value
-            if wanted is float and isinstance(value, int) and not isinstance(value, bool):
-                return float(value)
-            self.diagnostics.append(Diagnostic(location, f"{text!r} is not a valid {name}"))
-            return None
-        self.diagnostics.append(Diagnostic(location, self._bad_tag(tag)))
-        return None
-
-    def _implicit(self, text: str, location: SourceLocation) -> Any:
-        if _NULL.match(text):
-            return None
-        if text in _BOOL:
-            return _BOOL[text]
-        if _INT10.match(text) or _INT8.match(text) or _INT16.match(text):
-            if len(text) > _MAX_INT_DIGITS:
-                self.diagnostics.append(Diagnostic(location, "number too large; quote it"))
-                return text
-            if _INT8.match(text):
-                return int(text[2:], 8)
-            return int(text, 16) if _INT16.match(text) else int(text)
-        if _FLOAT.match(text) or _INF.match(text) or _NAN.match(text):
-            number = float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
-            if _NAN.match(text) or math.isinf(number):
-                self.diagnostics.append(
-                    Diagnostic(location, f"{text} is not a valid JSON number; quote it")
-                )
-                return text
-            return number
-        return text
-
-    def _bad_tag(self, tag: str) -> str:
-        return (
-            f"unsupported YAML tag {_short_tag(tag)}: manifests are plain YAML "
-            "(strings, numbers, booleans, null, mappings, lists)"
-        )
+        value, problem = resolve_scalar(str(event.value), tag_text(event.tag), not event.style)
+        if problem:
+            self.diagnostics.append(Diagnostic(location, problem))
+        return value
 
     def _literal_origin(self, event: ScalarEvent) -> tuple[int, int]:
         """File line of a literal block's first text line, and the text's indentation."""

@@ -637,3 +637,34 @@ def test_overrides_apply_to_loading() -> None:
                            {"defaultNamespace": "ray-team"})
     assert result.diagnostics == ()
     assert result.workloads[0].key.namespace == "ray-team"
+
+
+@pytest.mark.parametrize(
+    ("scalar", "value"),
+    [
+        ("yes", "yes"), ("on", "on"), ("~", None), ("null", None), ("True", True),
+        ("012", 12), ("0o17", 15), ("0x1F", 31), ("-3", -3), ("1e3", 1000.0), ("1.5", 1.5),
+        ("'12'", "12"), ('"true"', "true"), ("!!str 12", "12"), ("!!int '12'", 12),
+        ("!!float 1", 1.0), ("2024-01-01", "2024-01-01"), ("!!timestamp 2024-01-01", "2024-01-01"),
+        ("! 12", "12"), ("1_000", "1_000"),
+    ],
+)
+def test_scalars_follow_the_yaml_1_2_core_schema(scalar: str, value: object) -> None:
+    documents, problems = yamlsafe.parse_documents(f"v: {scalar}\n", "s.yaml")
+    assert problems == []
+    assert documents[0].value == {"v": value}
+    assert type(documents[0].value["v"]) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("scalar", "problem"),
+    [("!!bool yes", "'yes' is not a valid bool"), ("!!int 1.5", "'1.5' is not a valid int"),
+     ("!!null x", "'x' is not a valid null"), ("-.inf", "-.inf is not a valid JSON number"),
+     (".NaN", ".NaN is not a valid JSON number"), ("!!set {a}", "unsupported YAML tag !!set")],
+)
+def test_scalars_without_a_json_value(scalar: str, problem: str) -> None:
+    _, problems = yamlsafe.parse_documents(f"v: {scalar}\n", "s.yaml")
+    assert [str(p) for p in problems] == [f"s.yaml:1:4: {problem}" + (
+        ": manifests are plain YAML (strings, numbers, booleans, null, mappings, lists)"
+        if "unsupported" in problem else ""
+    ) + ("; quote it" if "JSON number" in problem else "")]
