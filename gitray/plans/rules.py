@@ -5,7 +5,8 @@
   KubeRay's ``<cluster>-head-svc`` must still fit Kubernetes' 63-character limit.
 - A RayService needs ``spec.rayClusterConfig`` and a ``spec.serveConfigV2`` string that parses as
   YAML into Serve's deploy shape: a non-empty ``applications`` list, each with an
-  ``import_path``, names (default ``default``) and route prefixes (``/...``) unique.
+  ``import_path``, names (default ``default``) and route prefixes (default ``/``; ``null`` for
+  none) unique and well-formed, as ``ray.serve.schema.ServeDeploySchema`` requires.
 - ConfigMap ``data``/``binaryData`` values are strings (the API server rejects anything else).
 """
 
@@ -131,22 +132,35 @@ def _applications(apps: list[Any]) -> list[tuple[JsonPath, str]]:
             )
         else:
             names[name] = index
-        prefix = app.get("route_prefix")
+        # Serve defaults route_prefix to "/"; an explicit null means "no HTTP route"
+        prefix = app.get("route_prefix", "/")
+        where = (*here, "route_prefix") if "route_prefix" in app else here
         if prefix is None:
             continue
-        if not isinstance(prefix, str) or not prefix.startswith("/"):
-            problems.append(
-                ((*here, "route_prefix"), f"{label}.route_prefix must start with '/'")
-            )
+        problem = _route_prefix_problem(prefix)
+        if problem:
+            problems.append((where, f"{label}.route_prefix {problem}"))
         elif prefix in prefixes:
+            default = "" if "route_prefix" in app else " (the default)"
             problems.append(
-                ((*here, "route_prefix"),
-                 f"route_prefix {prefix!r} is used twice (applications[{prefixes[prefix]}] "
-                 "has it too)")
+                (where,
+                 f"route_prefix {prefix!r}{default} is used twice "
+                 f"(applications[{prefixes[prefix]}] has it too)")
             )
         else:
             prefixes[prefix] = index
     return problems
+
+
+def _route_prefix_problem(prefix: object) -> str | None:
+    """Serve's own rules for a route prefix (ray.serve.schema)."""
+    if not isinstance(prefix, str) or not prefix.startswith("/"):
+        return "must start with '/'"
+    if len(prefix) > 1 and prefix.endswith("/"):
+        return "must not end with '/' (unless it is just '/')"
+    if "{" in prefix or "}" in prefix:
+        return "cannot contain '{' or '}' (no wildcards)"
+    return None
 
 
 def _configmap(document: YamlDocument, manifest: dict[str, Any]) -> list[Diagnostic]:

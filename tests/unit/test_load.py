@@ -334,6 +334,26 @@ RULE_CASES = {
         "s.yaml:11:9",
         "application name 'default' is used twice (applications[0] has it too)",
     ),
+    "two Serve applications both on the default route prefix": Bad(
+        {
+            "s.yaml": service(
+                serve="applications:\n  - name: a\n    import_path: a:app\n"
+                "  - name: b\n    import_path: b:app\n"
+            )
+        },
+        "s.yaml:11:9",
+        "route_prefix '/' (the default) is used twice (applications[0] has it too)",
+    ),
+    "a route prefix ending with a slash": Bad(
+        {"s.yaml": service(serve=SERVE_CONFIG.replace("/calc", "/calc/"))},
+        "s.yaml:14:9",
+        "applications[1].route_prefix must not end with '/'",
+    ),
+    "a route prefix with a wildcard": Bad(
+        {"s.yaml": service(serve=SERVE_CONFIG.replace("/calc", "/calc/{x}"))},
+        "s.yaml:14:9",
+        "cannot contain '{' or '}'",
+    ),
     "two Serve applications with the same route prefix": Bad(
         {"s.yaml": service(serve=SERVE_CONFIG.replace("/calc", "/greet"))},
         "s.yaml:14:9",
@@ -342,7 +362,7 @@ RULE_CASES = {
     "a route prefix without a leading slash": Bad(
         {"s.yaml": service(serve=SERVE_CONFIG.replace("/calc", "calc"))},
         "s.yaml:14:9",
-        "route_prefix must start with '/'",
+        "applications[1].route_prefix must start with '/'",
     ),
     "a quoted serveConfigV2 reports its inner line at the key": Bad(
         {
