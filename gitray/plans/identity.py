@@ -19,9 +19,21 @@ from gitray.model import ANN_WAVE, API_VERSION_RAY, Diagnostic, Kind
 from gitray.plans.rules import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, MAX_RAY_NAME
 from gitray.plans.yamlsafe import YamlDocument
 
-__all__ = ["check_identity", "check_kind"]
+__all__ = ["KNOWN_API_VERSIONS", "check_identity", "check_kind"]
 
 _RAY_KINDS = frozenset(k.value for k in Kind)
+# apiVersions of common namespaced kinds, to catch typos; other kinds are taken as written
+KNOWN_API_VERSIONS = {
+    "ConfigMap": "v1",
+    "Secret": "v1",
+    "ServiceAccount": "v1",
+    "PersistentVolumeClaim": "v1",
+    "Service": "v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+    "PodDisruptionBudget": "policy/v1",
+}
 _WAVE = re.compile(r"^[-+]?[0-9]{1,6}$")
 
 
@@ -50,6 +62,15 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
             return None
         return kind
     if kind in config.supporting_kinds:
+        expected = KNOWN_API_VERSIONS.get(kind)
+        if expected is not None and api_version != expected:
+            diagnostics.append(
+                Diagnostic(
+                    document.locate(("apiVersion",)),
+                    f"{kind} must use apiVersion {expected}, not {api_version!r}",
+                )
+            )
+            return None
         return kind
     if kind in CLUSTER_SCOPED_KINDS:
         message = (

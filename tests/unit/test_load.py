@@ -159,6 +159,11 @@ RULE_CASES = {
         "c.yaml:1:1",
         "RayCluster must use apiVersion ray.io/v1, not 'ray.io/v1alpha1'",
     ),
+    "a supporting kind with a wrong apiVersion": Bad(
+        {"cm.yaml": replaced(CONFIGMAP, "apiVersion: v1", "apiVersion: v1beta1")},
+        "cm.yaml:1:1",
+        "ConfigMap must use apiVersion v1, not 'v1beta1'",
+    ),
     "a document without kind": Bad(
         {"c.yaml": "apiVersion: v1\nmetadata: {name: x}\n"}, "c.yaml:1:1", "missing kind"
     ),
