@@ -132,6 +132,15 @@ def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic])
         if not matches_any(path, config.paths) or matches_any(path, config.exclude):
             continue
         where = SourceLocation(path)
+        if any(ord(c) < 32 or ord(c) == 127 for c in path):
+            escaped = path.encode("unicode_escape").decode("ascii")
+            diagnostics.append(
+                Diagnostic(
+                    SourceLocation(escaped),
+                    "the file name contains control characters; rename the file",
+                )
+            )
+            continue
         if len(chosen) >= MAX_FILES:
             diagnostics.append(
                 Diagnostic(

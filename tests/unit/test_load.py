@@ -462,6 +462,9 @@ HOSTILE_CASES = {
     "a mapping as a mapping key": Bad(
         {"k.yaml": "? {a: 1}\n: b\n"}, "k.yaml:1:3", "a mapping key must be a plain value"
     ),
+    "a file name with a newline": Bad(
+        {"evil\nname.yaml": CLUSTER}, "evil\\nname.yaml:1:1", "contains control characters"
+    ),
     "a symlink out of the repository, not read by the source": Bad(
         {"pw.yaml": None}, "pw.yaml:1:1", "not read: symlink to a path outside the repository"
     ),
