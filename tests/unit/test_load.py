@@ -489,6 +489,7 @@ def test_hostile_input_is_a_clear_diagnostic(case: Bad) -> None:
     result = load_snapshot(snapshot(case.files, problems))
     found = [str(d) for d in result.diagnostics]
     assert any(line.startswith(case.where) and case.fragment in line for line in found), found
+    assert all("\n" not in line for line in found)  # one line each, never a traceback
     assert result.workloads == ()
 
 
