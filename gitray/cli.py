@@ -36,6 +36,7 @@ from gitray.sync.run import (
     execute,
     live_plan,
     read_live,
+    snapshot_revision,
 )
 from gitray.sync.source import read_snapshot
 from gitray.sync.status import render_status, workload_status
@@ -208,7 +209,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if basis.announcement:
         print(basis.announcement, file=sys.stderr)
     plan: Plan = compute_plan(result.workloads, basis.live, result.config,
-                              revision=snapshot.revision, against=basis.against,
+                              revision=snapshot_revision(snapshot), against=basis.against,
                               now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
     if args.out:
         try:

@@ -16,6 +16,10 @@ __all__ = ["stale_reasons"]
 _SHOWN = 5
 
 
+def _short(revision: str) -> str:
+    return revision[:21] if revision.startswith("worktree:") else revision[:12]
+
+
 def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:
     return {str(w.key): [(s.type.value, s.target) for s in w.steps] for w in plan.workloads}
 
@@ -24,8 +28,8 @@ def stale_reasons(saved: Plan, revision: str, live: LiveState, replanned: Plan) 
     """Why ``saved`` may not be applied now (empty when it may)."""
     reasons: list[str] = []
     if saved.revision != revision:
-        reasons.append(f"the plan is for revision {saved.revision[:12]}, the repository is now at "
-                       f"{revision[:12]}")
+        reasons.append(f"the plan is for revision {_short(saved.revision)}, the repository is "
+                       f"now at {_short(revision)}")
     seen = {(b.kind, b.namespace, b.name): b.resource_version for b in saved.basis}
     now = {(o.kind, o.namespace, o.name): o.resource_version for o in live.objects}
     changed = [k for k, rv in seen.items() if k in now and now[k] != rv]

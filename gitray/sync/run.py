@@ -5,6 +5,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,7 +13,7 @@ from typing import Any
 
 from gitray.config import Config
 from gitray.errors import StalePlanError, ValidationError
-from gitray.model import LiveState, ObjectKey, Workload
+from gitray.model import LiveState, ObjectKey, Workload, stable_hash
 from gitray.plans.load import LoadResult, Snapshot, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
@@ -26,7 +27,7 @@ from gitray.sync.lease import Lease, LeaseSettings, default_identity
 from gitray.sync.progress import ProgressStore, Record, RunState
 
 __all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_from", "execute",
-           "live_plan", "read_live", "resumable"]
+           "live_plan", "read_live", "resumable", "snapshot_revision"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,27 @@ class Desired:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def revision(self) -> str:
+        return snapshot_revision(self.snapshot)
+
+    @property
     def config(self) -> Config:
         return self.result.config
 
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
+
+
+def snapshot_revision(snapshot: Snapshot) -> str:
+    """The commit SHA; for an uncommitted working tree, ``worktree:<hash of its files>`` so a
+    plan saved from a working tree is stale once the files change."""
+    if snapshot.revision != "worktree":
+        return snapshot.revision
+    digest = stable_hash([[f.path, f.problem or "",
+                           hashlib.sha256(f.data).hexdigest() if f.data is not None else ""]
+                          for f in sorted(snapshot.files, key=lambda f: f.path)], 40)
+    return f"worktree:{digest}"
 
 
 def desired_from(snapshot: Snapshot, overrides: dict[str, Any]) -> Desired:
@@ -67,7 +83,7 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
               ) -> tuple[Plan, LiveState]:
     live = read_live(kube, desired)
     plan = compute_plan(desired.workloads, live, desired.config,
-                        revision=desired.snapshot.revision, against="live",
+                        revision=desired.revision, against="live",
                         now=(now or (lambda: datetime.now(UTC)))(), label=desired.snapshot.label)
     return plan, live
 
@@ -75,7 +91,7 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
 def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
     """Raise StalePlanError unless ``saved`` still describes what applying would do."""
     replanned, live = live_plan(kube, desired)
-    reasons = stale_reasons(saved, desired.snapshot.revision, live, replanned)
+    reasons = stale_reasons(saved, desired.revision, live, replanned)
     if reasons:
         raise StalePlanError("stale plan: " + "; ".join(reasons)
                              + ". Run gitray plan again and review the new plan.")
