@@ -24,6 +24,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
@@ -58,6 +59,10 @@ _MODE_SUBMODULE = 0o160000
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:(?!//)")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+_HELPER = (
+    '!f() { test "$1" = get || exit 0; echo "username=$GITRAY_GIT_USERNAME"; '
+    'echo "password=$GITRAY_GIT_PASSWORD"; }; f'
+)
 
 
 def redact(text: str) -> str:
@@ -272,24 +277,32 @@ def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -
 def _fetch(url: str, cache: Path) -> git.Repo:
     """A bare cache of ``url`` with its branches and tags up to date; HEAD = remote HEAD."""
     shown = redact(url)
+    clean, auth = _without_credentials(url)
+    env = {**_GIT_ENV, **auth}
+    # Credentials reach git through its environment and an inline credential helper: never
+    # in argv (visible to other users, logged by GitPython) nor in the cache's config.
+    helper = (
+        ["-c", "credential.helper=", "-c", f"credential.helper={_HELPER}"] if auth else []
+    )
     try:
         if _open_bare(cache) is None:
             cache.mkdir(parents=True, exist_ok=True)
             found = git.Repo.init(cache, bare=True)
         else:
             found = git.Repo(cache)
-        # The URL is passed on the command line only: credentials never land in the cache.
-        found.git.fetch(
-            "--prune",
-            "--tags",
-            "--force",
-            "--",
-            url,
-            "+refs/heads/*:refs/heads/*",
-            env=_GIT_ENV,
+        found.git.execute(
+            ["git", *helper, "fetch", "--prune", "--tags", "--force", "--", clean,
+             "+refs/heads/*:refs/heads/*"],
+            env=env,
             kill_after_timeout=FETCH_TIMEOUT_S,
         )
-        head = str(found.git.ls_remote("--symref", "--", url, "HEAD", env=_GIT_ENV))
+        head = str(
+            found.git.execute(
+                ["git", *helper, "ls-remote", "--symref", "--", clean, "HEAD"],
+                env=env,
+                kill_after_timeout=FETCH_TIMEOUT_S,
+            )
+        )
     except GitCommandError as err:
         raise SourceError(f"cannot fetch {shown}: {_git_reason(err, url)}") from None
     except OSError as err:
@@ -298,6 +311,19 @@ def _fetch(url: str, cache: Path) -> git.Repo:
     if match:
         found.git.symbolic_ref("HEAD", match.group(1))
     return found
+
+
+def _without_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """An http(s) URL without ``user:password@``, and the environment carrying them."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url, {}
+    host = parts.netloc.rsplit("@", 1)[1]
+    env = {
+        "GITRAY_GIT_USERNAME": unquote(parts.username or ""),
+        "GITRAY_GIT_PASSWORD": unquote(parts.password or ""),
+    }
+    return urlunsplit(parts._replace(netloc=host)), env
 
 
 def _head_branch(found: git.Repo) -> str:

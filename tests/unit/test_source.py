@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -292,3 +295,50 @@ def test_redact(text: str, expected: str) -> None:
 )
 def test_is_url(repo: str, expected: bool) -> None:
     assert is_url(repo) is expected
+
+
+class _AuthRecorder(BaseHTTPRequestHandler):
+    """A Git HTTP remote on loopback that wants Basic auth, and remembers what it was sent."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization", ""))
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="gitray-test"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def auth_server() -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+    handler = type("Recorder", (_AuthRecorder,), {"seen": seen})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_url_credentials_reach_the_server_but_not_argv_errors_or_cache(
+    auth_server: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    host, seen = auth_server
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError) as caught:
+        read_snapshot(f"http://robot:s3cr3t%2Fx@{host}/org/repo.git", cache_dir=cache)
+    expected = "Basic " + base64.b64encode(b"robot:s3cr3t/x").decode()
+    assert expected in seen  # the credential helper handed them to git
+    message = str(caught.value)
+    assert message.startswith(f"cannot fetch http://***@{host}/org/repo.git: ")
+    assert "s3cr3t" not in message
+    for path in cache.rglob("*"):
+        if path.is_file():
+            assert b"s3cr3t" not in path.read_bytes(), path
