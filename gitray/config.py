@@ -17,7 +17,7 @@ from typing import Any
 from gitray.errors import ConfigError
 from gitray.model import Diagnostic, Kind, SourceLocation
 from gitray.plans.globs import glob_problem
-from gitray.plans.jsonschemas import schema_errors
+from gitray.plans.jsonschemas import load_schema, schema_errors
 from gitray.plans.yamlsafe import JsonPath, decode_text, format_path, parse_documents
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "StatusProvider",
     "StatusSettings",
     "config_diagnostics",
+    "env_overrides",
     "parse_config",
     "parse_duration",
 ]
@@ -290,3 +291,55 @@ def _build(data: Mapping[str, Any]) -> Config:
             repository=status.get("repository", st_default.repository),
         ),
     )
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Overrides from ``GITRAY_<KEY>`` variables, for the in-cluster daemon.
+
+    ``<KEY>`` is the gitray.yaml key in upper snake case, sections included:
+    ``GITRAY_DEFAULT_NAMESPACE``, ``GITRAY_ALLOWED_NAMESPACES=ray-*,default``,
+    ``GITRAY_RAY_SERVICE_DELETION_DELAY=5m``, ``GITRAY_STATUS_PROVIDER=github``. Lists are
+    comma-separated, booleans true/false, numbers decimal; anything wrong is reported by
+    ``parse_config`` like any other override.
+    """
+    out: dict[str, Any] = {}
+    for dotted, schema in _leaf_settings().items():
+        name = "GITRAY_" + _snake(dotted).upper()
+        if name not in environ:
+            continue
+        out[dotted] = _env_value(environ[name].strip(), schema)
+    return out
+
+
+def _leaf_settings() -> dict[str, dict[str, Any]]:
+    root = load_schema("config.schema.json")
+    leaves: dict[str, dict[str, Any]] = {}
+    for key, schema in root["properties"].items():
+        if key in ("apiVersion", "kind"):
+            continue
+        if schema.get("type") == "object":
+            for sub, sub_schema in schema["properties"].items():
+                leaves[f"{key}.{sub}"] = sub_schema
+        else:
+            leaves[key] = schema
+    return leaves
+
+
+def _snake(dotted: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", dotted.replace(".", "_"))
+
+
+def _env_value(text: str, schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    if kind == "array":
+        return [item.strip() for item in text.split(",") if item.strip()]
+    if kind == "boolean":
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        return text  # refused by the schema, with the variable's value in the message
+    if kind == "integer" or schema.get("$ref") == "#/$defs/duration":  # seconds or "90s"
+        return int(text) if re.fullmatch(r"[0-9]+", text) else text
+    return text

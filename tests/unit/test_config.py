@@ -13,6 +13,7 @@ from gitray.config import (
     StatusProvider,
     StatusSettings,
     config_diagnostics,
+    env_overrides,
     parse_config,
     parse_duration,
 )
@@ -232,3 +233,31 @@ def test_glob_matching(path: str, patterns: list[str], expected: bool) -> None:
 def test_glob_problems(pattern: str, problem: str | None) -> None:
     found = glob_problem(pattern)
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        pytest.param({"GITRAY_PRUNE": "false"}, {"prune": False}, id="a boolean"),
+        pytest.param({"GITRAY_ALLOWED_NAMESPACES": "ray-*, default"},
+                     {"allowedNamespaces": ["ray-*", "default"]}, id="a comma-separated list"),
+        pytest.param({"GITRAY_RAY_SERVICE_DELETION_DELAY": "90"},
+                     {"rayService.deletionDelay": 90}, id="a duration in seconds"),
+        pytest.param({"GITRAY_RAY_JOB_TIMEOUT": "2h"}, {"rayJob.timeout": "2h"},
+                     id="a duration with a unit"),
+        pytest.param({"GITRAY_DEFAULT_NAMESPACE": "123"}, {"defaultNamespace": "123"},
+                     id="a digit-only string stays a string"),
+        pytest.param({"GITRAY_STATUS_PROVIDER": "gitlab", "GITRAY_LEASE_NAME": "x", "HOME": "/"},
+                     {"status.provider": "gitlab"}, id="unrelated variables are ignored"),
+    ],
+)
+def test_environment_overrides(environ: dict[str, str], expected: dict[str, Any]) -> None:
+    assert env_overrides(environ) == expected
+
+
+def test_environment_overrides_apply_and_are_validated() -> None:
+    config = parse_config(FULL.encode(), overrides=env_overrides(
+        {"GITRAY_MAX_PARALLEL": "2", "GITRAY_RAY_SERVICE_KEEP_FAILED_CLUSTERS": "no"}))
+    assert (config.max_parallel, config.rayservice.keep_failed_clusters) == (2, False)
+    with pytest.raises(ConfigError, match="override prune: 'maybe' is not of type 'boolean'"):
+        parse_config(None, overrides=env_overrides({"GITRAY_PRUNE": "maybe"}))
