@@ -12,7 +12,8 @@ for):
 
 Nothing outside the directory is read: symlinks are resolved and refused when they leave it, and
 files over the size limits are listed with a ``problem`` instead of being read. Credentials in
-URLs are never written to disk, logs or errors.
+http(s) URLs reach git only through its environment (an inline credential helper): never argv,
+the cache's config, logs or error messages (``redact``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from gitray.plans.load import (
 
 __all__ = [
     "WORKTREE",
+    "Fetched",
     "default_cache_dir",
+    "fetch_branch",
     "is_url",
     "read_snapshot",
     "redact",
@@ -100,6 +103,27 @@ def read_snapshot(
     top = Path(found.working_tree_dir or directory).resolve()
     prefix = directory.resolve().relative_to(top).as_posix()
     return _read_revision(found, "" if prefix == "." else prefix, revision, repo)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A remote fetched into its bare cache, and the commit its branch points at."""
+
+    cache: Path
+    sha: str
+    branch: str
+
+
+def fetch_branch(url: str, branch: str | None = None, *,
+                 cache_dir: Path | None = None) -> Fetched:
+    """Fetch ``url`` into its bare cache and resolve ``branch`` (None: the remote's HEAD).
+
+    Cheap when nothing changed (one ``git fetch``); read the commit afterwards with
+    ``read_snapshot(str(fetched.cache), fetched.sha)``, which does not fetch again."""
+    cache = cache_dir or default_cache_dir(url)
+    bare = _fetch(url, cache)
+    wanted = (branch or _head_branch(bare)).removeprefix("origin/")
+    return Fetched(cache, _commit(bare, wanted, redact(url)).hexsha, wanted)
 
 
 def resolve_revision(repo: str, revision: str) -> str:
