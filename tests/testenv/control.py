@@ -449,7 +449,7 @@ def status(state_dir: Path | None = None) -> tuple[bool, str]:
     if state is None:
         return False, f"testenv: not running (no state in {state_dir})"
     lines = [f"testenv state: {state_dir}", f"KUBECONFIG={state.kubeconfig}",
-             f"apiserver: {state.apiserver}"]
+             f"apiserver: {state.apiserver}", f"pod network: {state.pod_network}"]
     alive = state.alive()
     for name, comp in state.components.items():
         mark = "up" if alive[name] else "DOWN"
