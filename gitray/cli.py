@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from gitray import __version__
+from gitray.config import env_overrides, parse_duration
 from gitray.console import ConsoleReporter
 from gitray.errors import GitrayError, UserError, ValidationError
+from gitray.logs import setup_logging
 from gitray.model import LiveState
 from gitray.plans.load import LoadResult, Snapshot, load_snapshot
 from gitray.plans.materialize import materialize
 from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
+from gitray.sync.daemon import Daemon, DaemonSettings
 from gitray.sync.dashboard import DashboardMode, Resolver
 from gitray.sync.executor import Outcome
 from gitray.sync.kube import Kube, KubeSettings, cluster_configured
@@ -95,6 +98,35 @@ def _parser() -> argparse.ArgumentParser:
                                                                 "gitray"))
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
+    sy = sub.add_parser("sync", help="run in-cluster: follow a branch, apply every commit")
+    env = os.environ.get
+    sy.add_argument("--repo", required=env("GITRAY_REPO") is None, default=env("GITRAY_REPO"),
+                    metavar="URL", help="Git URL to follow [$GITRAY_REPO]")
+    sy.add_argument("--branch", default=env("GITRAY_BRANCH"),
+                    help="branch to follow [the remote's default branch]")
+    sy.add_argument("--interval", default=env("GITRAY_INTERVAL", "30s"),
+                    help="poll interval [30s]")
+    sy.add_argument("--drift-every", type=int, default=int(env("GITRAY_DRIFT_EVERY", "10")),
+                    metavar="N", help="check for drift every N polls (0: never) [10]")
+    sy.add_argument("--deletion-interval", default=env("GITRAY_DELETION_INTERVAL", "15s"),
+                    help="how often due deletions of old clusters are checked [15s]")
+    sy.add_argument("--http-address", default=env("GITRAY_HTTP_ADDRESS", "0.0.0.0:8080"),
+                    help="HOST:PORT for /healthz, /readyz, /metrics, /hooks/git")
+    sy.add_argument("--webhook-secret-file", default=env("GITRAY_WEBHOOK_SECRET_FILE"),
+                    help="file holding the push-webhook HMAC secret (no file: webhook off)")
+    sy.add_argument("--log-format", choices=["text", "json"],
+                    default=env("GITRAY_LOG_FORMAT", "text"))
+    sy.add_argument("--log-level", default=env("GITRAY_LOG_LEVEL", "info"),
+                    choices=["debug", "info", "warning", "error"])
+    sy.add_argument("--cache-dir", default=env("GITRAY_CACHE_DIR"),
+                    help="where the Git remote is cached [~/.cache/gitray/repos]")
+    sy.add_argument("--lease-duration", type=int, default=15, help=argparse.SUPPRESS)
+    sy.add_argument("--renew-deadline", type=float, default=10.0, help=argparse.SUPPRESS)
+    sy.add_argument("--retry-period", type=float, default=2.0, help=argparse.SUPPRESS)
+    sy.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a gitray.yaml setting (also GITRAY_<KEY> variables)")
+    cluster_args(sy)
+    exec_args(sy)
     return p
 
 
@@ -105,7 +137,8 @@ def cluster_args(cmd: argparse.ArgumentParser) -> None:
 
 def exec_args(cmd: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    cmd.add_argument("--lease-namespace", default=env("GITRAY_LEASE_NAMESPACE", "gitray"),
+    cmd.add_argument("--lease-namespace", default=env("GITRAY_LEASE_NAMESPACE",
+                                                      _own_namespace() or "gitray"),
                      help="namespace of the Lease and the run records [gitray]")
     cmd.add_argument("--lease-name", default=env("GITRAY_LEASE_NAME", "gitray"))
     cmd.add_argument("--lease-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -142,6 +175,22 @@ def _load(repo: str, revision: str | None,
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return result, snapshot
+
+
+def _own_namespace() -> str | None:
+    """The Pod's namespace when running in a cluster."""
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _seconds(value: str, flag: str) -> float:
+    try:
+        return float(parse_duration(int(value) if value.isdigit() else value))
+    except ValueError as e:
+        raise UserError(f"{flag}: {e}") from None
 
 
 def _kube_settings(args: argparse.Namespace) -> KubeSettings:
@@ -300,8 +349,29 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_sync(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, args.log_format == "json")
+    host, _, port = args.http_address.rpartition(":")
+    if not port.isdigit():
+        raise UserError(f"--http-address must be HOST:PORT, got {args.http_address!r}")
+    overrides = {**env_overrides(os.environ), **_overrides(args.set)}
+    secret = _secret_file(args.webhook_secret_file, "webhook secret")
+    settings = DaemonSettings(
+        repo=args.repo, branch=args.branch, lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name, interval_s=_seconds(args.interval, "--interval"),
+        drift_every=args.drift_every,
+        deletion_interval_s=_seconds(args.deletion_interval, "--deletion-interval"),
+        lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period, http_host=host or "0.0.0.0", http_port=int(port),
+        webhook_secret=secret.encode() if secret else None,
+        dashboard_mode=_dashboard_mode(args),
+        ray_token=_secret_file(args.ray_token_file, "Ray token"), overrides=overrides,
+        kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+    return Daemon(settings).run_forever()
+
+
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
-             "status": _cmd_status}
+             "status": _cmd_status, "sync": _cmd_sync}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,8 +9,10 @@
     │   ├── ValidationError     a revision has invalid manifests (carries every diagnostic)
     │   └── StalePlanError      a saved plan no longer matches Git or the cluster
     ├── TerminalError           a step failed for good (timeout, Serve DEPLOY_FAILED, ...)
-    └── TransientError          worth retrying with backoff (API hiccup, conflict, network)
-        └── LeaseLostError      this process no longer holds the Lease; stop mutating
+    ├── TransientError          worth retrying with backoff (API hiccup, conflict, network)
+    │   └── LeaseLostError      this process no longer holds the Lease; stop mutating
+    └── Interrupted             shutting down: stop between (or inside a wait of) steps; the
+                                run record stays "running" so the next leader resumes it
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "GitrayError",
+    "Interrupted",
     "LeaseLostError",
     "SourceError",
     "StalePlanError",
@@ -73,3 +76,7 @@ class TransientError(GitrayError):
 
 class LeaseLostError(TransientError):
     """The Lease is no longer held by this process (or is about to expire): stop mutating."""
+
+
+class Interrupted(GitrayError):
+    """This process is shutting down; the interrupted run is resumed by the next leader."""

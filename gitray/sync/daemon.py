@@ -1,0 +1,393 @@
+"""``gitray sync``: follow a branch, apply each new commit, heal drift, clean up. I/O.
+
+Every replica serves HTTP (/healthz, /readyz, /metrics, /hooks/git) and contends for the
+Lease; only the holder fetches and executes. apscheduler runs three jobs:
+
+- poll (every ``interval``): git fetch; a new commit, a due retry or a due drift check starts
+  a sync pass;
+- deletions (every ``deletion_interval``): deletes old RayService clusters whose persisted
+  deadline passed;
+- leadership is kept by the Lease's own threads (acquire attempts every retry period).
+
+A sync pass never prunes on an unreadable or invalid revision (nothing is applied at all), and
+a workload whose run failed at a revision is not retried at that revision (a later commit
+retries). SIGTERM interrupts the current step at its next progress point, leaves the run
+record "running" for the next leader, and releases the Lease at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from gitray.errors import GitrayError, Interrupted, TransientError, ValidationError
+from gitray.model import ObjectKey
+from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.sync.actions import Actions
+from gitray.sync.dashboard import DashboardMode, Resolver
+from gitray.sync.events import EventRecorder
+from gitray.sync.executor import Executor, Outcome, StepEvent, WorkloadOutcome
+from gitray.sync.http import HttpEndpoints, Probes
+from gitray.sync.kube import Kube, KubeSettings
+from gitray.sync.lease import Lease, LeaseSettings, default_identity
+from gitray.sync.metrics import Metrics
+from gitray.sync.progress import ProgressStore, Record, RunState
+from gitray.sync.run import Desired, desired_from, live_plan, resumable
+from gitray.sync.source import fetch_branch, read_snapshot, redact
+
+__all__ = ["Daemon", "DaemonSettings", "PostStatus"]
+
+log = logging.getLogger("gitray.sync")
+
+# (sha, workload or None for the overall context, state, description) -> None
+PostStatus = Callable[[str, ObjectKey | None, str, str], None]
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    repo: str
+    lease_namespace: str
+    branch: str | None = None
+    interval_s: float = 30.0
+    drift_every: int = 10  # polls between drift checks (0: never)
+    deletion_interval_s: float = 15.0
+    lease_name: str = "gitray"
+    lease_duration_s: int = 15
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    identity: str = field(default_factory=default_identity)
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    webhook_secret: bytes | None = None
+    dashboard_mode: DashboardMode = DashboardMode.SERVICE
+    ray_token: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    cache_dir: Path | None = None
+    max_backoff_s: float = 300.0
+
+
+@dataclass
+class _State:
+    """What the daemon knows between jobs (guarded by Daemon._lock)."""
+
+    fetched: str = ""  # newest commit seen on the branch
+    synced: str = ""  # commit the cluster last fully converged to
+    attempted: str = ""  # commit of the last pass (converged or not)
+    refused: str = ""  # commit refused as invalid (not retried, status already posted)
+    retry_at: float = 0.0  # monotonic time of a due retry (0: none)
+    failures: int = 0  # consecutive failed passes (backoff)
+    polls: int = 0
+    git_problem: str = ""
+    api_problem: str = ""
+    ready: bool = False
+
+
+class Daemon:
+    def __init__(self, settings: DaemonSettings, post_status: PostStatus | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.post_status = post_status or (lambda *_: None)
+        self.kube = Kube.connect(settings.kube)
+        self.lease = Lease(Kube(self.kube.api_client, KubeSettings(request_timeout_s=5.0)),
+                           LeaseSettings(namespace=settings.lease_namespace,
+                                         name=settings.lease_name, identity=settings.identity,
+                                         lease_duration_s=settings.lease_duration_s,
+                                         renew_deadline_s=settings.renew_deadline_s,
+                                         retry_period_s=settings.retry_period_s))
+        self.events = EventRecorder(self.kube, settings.identity)
+        self.state = _State()
+        self._lock = threading.Lock()  # one sync pass at a time
+        self._state_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.http = HttpEndpoints(
+            (settings.http_host, settings.http_port),
+            Probes(healthy=self._healthy, ready=lambda: self.state.ready,
+                   leader=lambda: self.lease.is_leader, detail=self._detail),
+            self.metrics, self.trigger_poll, settings.webhook_secret)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.http.start()
+        self.scheduler.add_job(self._poll_job, "interval", seconds=self.settings.interval_s,
+                               id="poll", max_instances=1, coalesce=True,
+                               next_run_time=datetime.now(UTC))
+        self.scheduler.add_job(self._deletion_job, "interval",
+                               seconds=self.settings.deletion_interval_s, id="deletions",
+                               max_instances=1, coalesce=True)
+        self.scheduler.add_job(self._lease_job, "interval",
+                               seconds=self.settings.retry_period_s, id="lease",
+                               max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+        self.scheduler.start()
+        self.state.ready = True
+        log.info("gitray sync started", extra={"repo": redact(self.settings.repo),
+                                               "identity": self.settings.identity,
+                                               "http_port": self.http.port})
+
+    def run_forever(self) -> int:
+        """Run until SIGTERM/SIGINT, then hand over gracefully."""
+        done = threading.Event()
+
+        def stop(signum: int, _frame: object) -> None:
+            log.info("signal %s: handing over", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.start()
+        done.wait()
+        self.stop()
+        return 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.scheduler.shutdown(wait=False)
+        with self._lock:  # the running pass stops at its next progress point
+            pass
+        self.lease.stop_renewing()
+        if self.lease.is_leader:
+            self.lease.release()
+        self.metrics.leader.set(0)
+        self.http.stop()
+        self.kube.close()
+        log.info("gitray sync stopped")
+
+    def trigger_poll(self) -> None:
+        """Poll now (webhook)."""
+        job = self.scheduler.get_job("poll")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
+
+    def _healthy(self) -> bool:
+        return not self._stopping.is_set() and self.scheduler.running
+
+    def _detail(self) -> dict[str, object]:
+        s = self.state
+        return {"synced": s.synced, "fetched": s.fetched, "git": s.git_problem or "ok",
+                "api": s.api_problem or "ok"}
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def _lease_job(self) -> None:
+        if self._stopping.is_set() or self.lease.is_leader:
+            self.metrics.leader.set(1 if self.lease.is_leader else 0)
+            return
+        try:
+            if self.lease.try_acquire_or_renew():
+                log.info("became leader (epoch %s)", self.lease.epoch)
+                self.lease.start_renewing(on_lost=self._lost)
+                self.metrics.leader.set(1)
+                self.trigger_poll()
+        except GitrayError as e:
+            self._api_problem(e)
+
+    def _lost(self, reason: str) -> None:
+        log.warning("lost the Lease: %s", reason)
+        self.metrics.leader.set(0)
+
+    def _poll_job(self) -> None:
+        if self._stopping.is_set() or not self.lease.is_leader:
+            return
+        self.metrics.polls.inc()
+        self.state.polls += 1
+        started = time.monotonic()
+        try:
+            fetched = fetch_branch(self.settings.repo, self.settings.branch,
+                                   cache_dir=self.settings.cache_dir)
+        except GitrayError as e:
+            self.metrics.git_errors.inc()
+            if self.state.git_problem != str(e):
+                log.error("git: %s (nothing is applied or pruned until it reads again)", e)
+            self.state.git_problem = str(e)
+            return
+        finally:
+            self.metrics.git_fetch.observe(time.monotonic() - started)
+        if self.state.git_problem:
+            log.info("git: reading again")
+        self.state.git_problem = ""
+        self.state.fetched = fetched.sha
+        drift = bool(self.settings.drift_every) and \
+            self.state.polls % self.settings.drift_every == 0
+        retry = bool(self.state.retry_at) and time.monotonic() >= self.state.retry_at
+        if fetched.sha == self.state.refused:
+            return
+        if fetched.sha != self.state.attempted:
+            self.sync(fetched.cache, fetched.sha, "commit")
+        elif retry:
+            self.sync(fetched.cache, fetched.sha, "retry")
+        elif drift and fetched.sha == self.state.synced:
+            self.sync(fetched.cache, fetched.sha, "drift")
+
+    def _deletion_job(self) -> None:
+        if self._stopping.is_set() or not self.lease.is_leader or not self.state.synced:
+            return
+        cache = self.settings.cache_dir
+        if cache is None:
+            from gitray.sync.source import default_cache_dir
+
+            cache = default_cache_dir(self.settings.repo)
+        self.sync(cache, self.state.synced, "deletions")
+
+    # ---- one pass -----------------------------------------------------------------------
+
+    def sync(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
+        """Plan ``sha`` against the live cluster and execute it (under the Lease)."""
+        with self._lock:
+            if self._stopping.is_set():
+                return []
+            started = time.monotonic()
+            try:
+                outcomes = self._pass(cache, sha, trigger)
+            except Interrupted:
+                log.info("sync of %s interrupted: the next leader resumes it", sha[:7])
+                return []
+            except TransientError as e:
+                self._api_problem(e)
+                self._backoff()
+                return []
+            except GitrayError as e:
+                log.error("sync of %s failed: %s", sha[:7], e)
+                self.post_status(sha, None, "error", f"gitray could not sync: {e}")
+                self._backoff()
+                return []
+            finally:
+                self.metrics.sync_duration.labels(trigger).observe(time.monotonic() - started)
+                self.metrics.last_sync_time.set(time.time())
+            self.state.api_problem = ""
+            return outcomes
+
+    def _backoff(self) -> None:
+        self.state.failures += 1
+        delay = min(self.settings.interval_s * 2 ** self.state.failures,
+                    self.settings.max_backoff_s)
+        self.state.retry_at = time.monotonic() + delay
+        log.info("will retry in %.0f s", delay)
+
+    def _api_problem(self, e: GitrayError) -> None:
+        self.metrics.api_errors.labels(type(e).__name__).inc()
+        if self.state.api_problem != str(e):
+            log.error("Kubernetes API: %s", e)
+        self.state.api_problem = str(e)
+
+    def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
+        self.state.attempted = sha
+        snapshot = read_snapshot(str(cache), sha)
+        try:
+            desired = desired_from(snapshot, self.settings.overrides)
+        except ValidationError as e:
+            self.state.refused = sha
+            self.metrics.invalid_revisions.inc()
+            for diagnostic in e.diagnostics:
+                log.error("%s: %s", sha[:7], diagnostic)
+            first = str(e.diagnostics[0]) if e.diagnostics else ""
+            self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
+            return []
+        plan, _ = live_plan(self.kube, desired)
+        progress = ProgressStore(self.kube, self.settings.lease_namespace,
+                                 desired.config.instance, self.lease)
+        records = progress.list()
+        plan = self._select(plan, records, trigger)
+        if trigger == "deletions":
+            plan = _only_deletions(plan)
+        resume = resumable(plan, records)
+        if not any(w.steps for w in plan.workloads) and not resume:
+            if trigger in {"commit", "retry"}:
+                self._converged(sha, desired, plan)
+            return []
+        log.info("sync %s (%s): %s", sha[:7], trigger,
+                 ", ".join(f"{w.key} {len(w.steps)} steps" for w in plan.workloads if w.steps))
+        if trigger in {"commit", "retry"}:
+            changing = sum(1 for w in plan.workloads if w.steps)
+            self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
+        executor = Executor(Actions(self.kube, Resolver(self.kube, self.settings.dashboard_mode,
+                                                        self.settings.ray_token)),
+                            self.lease, desired.config, progress,
+                            self._reporter(sha))
+        outcomes = executor.run_plan(plan, resume=resume)
+        failed = [o for o in outcomes if o.outcome is not Outcome.SUCCEEDED]
+        for o in outcomes:
+            if o.outcome is Outcome.SUCCEEDED:
+                self.post_status(sha, o.key, "success", f"converged at {sha[:7]}")
+            else:
+                self.post_status(sha, o.key, "failure", o.reason or o.outcome.value)
+        for outcome in Outcome:
+            self.metrics.workloads.labels(outcome.value).set(
+                sum(1 for o in outcomes if o.outcome is outcome))
+        if failed:
+            self.post_status(sha, None, "failure",
+                             f"{len(failed)} of {len(outcomes)} workload(s) failed: "
+                             f"{failed[0].key.kind} {failed[0].key.name}: {failed[0].reason}")
+            self.state.retry_at = 0.0
+        else:
+            self._converged(sha, desired, plan)
+        return outcomes
+
+    def _converged(self, sha: str, desired: Desired, plan: Plan) -> None:
+        with self._state_lock:
+            first = self.state.synced != sha
+            self.state.synced = sha
+            self.state.failures = 0
+            self.state.retry_at = 0.0
+        self.metrics.synced(sha)
+        if first:
+            for w in desired.workloads:
+                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}")
+            self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "
+                             f"sync at {sha[:7]}")
+
+    def _select(self, plan: Plan, records: list[Record], trigger: str) -> Plan:
+        """Leave out workloads whose run already failed for this spec at this revision."""
+        failed = {r.key: r for r in records
+                  if r.state is RunState.FAILED and r.revision == plan.revision}
+        keep: list[WorkloadPlan] = []
+        for w in plan.workloads:
+            record = failed.get(w.key)
+            if record is not None and record.desired_hash == w.desired_hash and w.steps:
+                if trigger == "commit":
+                    log.info("%s failed at %s before; a new commit retries it", w.key,
+                             plan.revision[:7])
+                keep.append(replace(w, steps=()))
+            else:
+                keep.append(w)
+        return replace(plan, workloads=tuple(keep))
+
+    def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
+        def report(event: StepEvent) -> None:
+            if self._stopping.is_set():
+                raise Interrupted("shutting down")
+            step = event.step
+            if event.phase == "start":
+                self.post_status(sha, event.key, "pending",
+                                 f"step {event.index}/{event.total}: {step.type.value} "
+                                 f"{step.target}")
+                log.info("%s step %d/%d %s %s", event.key, event.index, event.total,
+                         step.type.value, step.target)
+            elif event.phase in {"done", "failed"}:
+                result = "ok" if event.phase == "done" else "failed"
+                self.metrics.steps.labels(step.type.value, result).inc()
+                log.log(logging.INFO if result == "ok" else logging.ERROR, "%s step %d/%d %s: %s",
+                        event.key, event.index, event.total, step.type.value, event.detail)
+                if result == "ok" and step.type.mutates:
+                    self.events.record(event.key, step, event.detail)
+            elif event.phase == "progress":
+                log.debug("%s step %d/%d: %s", event.key, event.index, event.total,
+                          event.detail)
+        return report
+
+
+def _only_deletions(plan: Plan) -> Plan:
+    """Keep only workloads whose steps are all deletions of retired clusters."""
+    keep = tuple(w if w.steps and all(s.type is StepType.DELETE_CLUSTER for s in w.steps)
+                 else replace(w, steps=()) for w in plan.workloads)
+    return replace(plan, workloads=keep)

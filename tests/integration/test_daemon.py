@@ -1,0 +1,219 @@
+"""`gitray sync` as a real process against the real environment and a real bare Git remote:
+pushes converge, upgrades go blue-green, failures keep the old cluster serving, an outage of
+the remote is survived without pruning, and signed webhooks trigger a poll (issue 5)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.gitops import (
+    GREETER,
+    REPO_ROOT,
+    GitOpsRepo,
+    dump,
+    example_rayservice,
+    gitray_config,
+    serve_config,
+)
+from tests.testenv.helpers import TestEnv, wait_for
+
+SVC = "serve-demo"
+SECRET = "webhook-secret-for-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SyncProcess:
+    proc: subprocess.Popen[str]
+    port: int
+    log: Path
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
+                                        timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body,
+                                     headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    def metric(self, name: str, labels: str = "") -> float:
+        _, text = self.get("/metrics")
+        pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") \
+            + r" ([0-9.e+-]+)"
+        match = re.search(pattern, text)
+        return float(match.group(1)) if match else 0.0
+
+    def logs(self) -> str:
+        return self.log.read_text()
+
+
+def start_sync(testenv: TestEnv, namespace: str, remote: Path, tmp_path: Path,
+               interval: str = "1s") -> SyncProcess:
+    port = free_port()
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_text(SECRET)
+    log = tmp_path / f"sync-{port}.log"
+    argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{remote}",
+            "--branch", "main", "--interval", interval, "--deletion-interval", "2s",
+            "--http-address", f"127.0.0.1:{port}", "--kubeconfig", testenv.kubeconfig,
+            "--lease-namespace", namespace, "--dashboard", "pod-ip",
+            "--webhook-secret-file", str(secret_file), "--cache-dir", str(tmp_path / "cache"),
+            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
+            "--log-format", "json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
+                            cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+    sync = SyncProcess(proc, port, log)
+    wait_for(lambda: sync.get("/healthz")[0] == 200 or None, timeout=30)
+    return sync
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    return bare, work
+
+
+def push(work: GitOpsRepo, message: str, files: dict[str, str | None]) -> str:
+    sha = work.commit(message, files)
+    work.git("push", "-q", "origin", "main")
+    return sha
+
+
+def clusters(testenv: TestEnv, ns: str) -> list[str]:
+    items = testenv.custom.list_namespaced_custom_object("ray.io", "v1", ns,
+                                                         "rayclusters")["items"]
+    return sorted(i["metadata"]["name"] for i in items
+                  if not i["metadata"].get("deletionTimestamp"))
+
+
+def serving(testenv: TestEnv, ns: str) -> str | None:
+    try:
+        svc = testenv.core.read_namespaced_service(f"{SVC}-serve-svc", ns)
+    except Exception:
+        return None
+    return str(svc.spec.selector["ray.io/cluster"])
+
+
+@pytest.fixture
+def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+              tmp_path: Path) -> Iterator[SyncProcess]:
+    bare, _ = remote
+    sync = start_sync(testenv, namespace, bare, tmp_path)
+    yield sync
+    sync.proc.terminate()
+    sync.proc.wait(timeout=60)
+
+
+def rs(ns: str, **kw: Any) -> str:
+    return dump(example_rayservice(ns, serve=serve_config(GREETER), **kw))
+
+
+def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        sync_proc: SyncProcess) -> None:
+    bare, work = remote
+    first = push(work, "first", {"gitray.yaml": gitray_config("4s"),
+                                 "svc.yaml": rs(namespace)})
+    wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
+                                      f'revision="{first}"') == 1 or None, timeout=240)
+    (blue,) = clusters(testenv, namespace)
+    assert serving(testenv, namespace) == blue
+    assert sync_proc.metric("gitray_leader") == 1
+
+    second = push(work, "upgrade", {"svc.yaml": rs(namespace, image="rayproject/ray:2.60.1")})
+    wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
+                                      f'revision="{second}"') == 1 or None, timeout=240)
+    green = serving(testenv, namespace)
+    assert green is not None and green != blue
+    wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)  # deleted
+
+    broken = push(work, "broken", {"svc.yaml": dump(example_rayservice(
+        namespace, image="rayproject/ray:2.60.2",
+        serve=serve_config(GREETER, ("broken", "/broken", "serve_apps.nope:app"))))})
+    wait_for(lambda: sync_proc.metric("gitray_workloads", 'outcome="failed"') == 1 or None,
+             timeout=240)
+    assert serving(testenv, namespace) == green
+    wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)
+    assert "DEPLOY_FAILED" in sync_proc.logs() and broken[:7] in sync_proc.logs()
+    polls = sync_proc.metric("gitray_polls_total")
+    time.sleep(4)  # the failed revision is not retried in a loop
+    assert sync_proc.logs().count(f"step 1/7 create-cluster {SVC}-") == 2  # upgrade + broken
+
+    # The remote disappears: the daemon stays healthy, says so, and prunes nothing.
+    bare.rename(bare.with_suffix(".gone"))
+    wait_for(lambda: sync_proc.metric("gitray_git_errors_total") >= 2 or None, timeout=30)
+    assert sync_proc.get("/healthz")[0] == 200
+    code, body = sync_proc.get("/readyz")
+    assert code == 200 and "cannot fetch" in json.loads(body)["git"]
+    assert clusters(testenv, namespace) == [green]
+    bare.with_suffix(".gone").rename(bare)
+    fixed = push(work, "fixed", {"svc.yaml": rs(namespace, image="rayproject/ray:2.60.1")})
+    wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
+                                      f'revision="{fixed}"') == 1 or None, timeout=120)
+    assert json.loads(sync_proc.get("/readyz")[1])["git"] == "ok"
+    assert sync_proc.metric("gitray_polls_total") > polls
+
+
+def sign(body: bytes) -> str:
+    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
+def test_a_signed_webhook_triggers_a_poll_and_a_bad_one_is_rejected(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        tmp_path: Path) -> None:
+    bare, work = remote
+    push(work, "first", {"gitray.yaml": gitray_config(), "cm.yaml": dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "hooked", "namespace": namespace}, "data": {"v": "1"}})})
+    sync = start_sync(testenv, namespace, bare, tmp_path, interval="10m")
+    try:
+        wait_for(lambda: sync.metric("gitray_polls_total") >= 1 or None, timeout=30)
+        polls = sync.metric("gitray_polls_total")
+        body = json.dumps({"ref": "refs/heads/main"}).encode()
+        assert sync.post("/hooks/git", body, {"X-Hub-Signature-256": "sha256=" + "0" * 64}) \
+            == 401
+        assert sync.post("/hooks/git", body, {}) == 401
+        time.sleep(1.5)
+        assert sync.metric("gitray_polls_total") == polls  # nothing happened
+        assert sync.post("/hooks/git", body, {"X-Hub-Signature-256": sign(body)}) == 202
+        wait_for(lambda: sync.metric("gitray_polls_total") > polls or None, timeout=1.0,
+                 interval=0.05)
+        gitea = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert sync.post("/hooks/git", body, {"X-Gitea-Signature": gitea}) == 202
+        assert sync.metric("gitray_webhooks_total", 'result="rejected"') == 2
+    finally:
+        sync.proc.terminate()
+        sync.proc.wait(timeout=60)
+
