@@ -52,6 +52,7 @@ PORT_BASE, BLOCK_SIZE, BLOCKS = 20000, 100, 100
 TEMP_ROOT = Path("/tmp/gitray-ray")
 RETRY_AFTER = 20.0
 STOP_GRACE = 3.0
+HEAD_START_TIMEOUT = 180.0
 
 SERVE_START = """
 import sys, ray
@@ -191,7 +192,7 @@ class Runner:
             log.info("starting Ray head for %s/%s at %s (block %d, pid %d)",
                      ns, name, ip, block, proc.pid)
             dashboard = f"http://{ip}:{ports['dashboard']}/api/version"
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + HEAD_START_TIMEOUT
             while not _http_ready(dashboard):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"Ray head did not come up; see {logfile}")
