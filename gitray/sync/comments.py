@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from gitray.config import StatusProvider, StatusSettings
 from gitray.errors import ConfigError
-from gitray.sync.statuses import HostApi
+from gitray.sync.statuses import HostApi, redact
 
 __all__ = ["BODY_LIMITS", "marker_for", "upsert_plan_comment"]
 
@@ -43,7 +43,8 @@ def upsert_plan_comment(settings: StatusSettings, token: str | None, pr: int, re
     if not url or not settings.repository:
         raise ConfigError(f"plan comments on {kind} need status.url and status.repository")
     marker = marker_for(repo_path)
-    body = _body(marker, body_markdown, BODY_LIMITS[kind])
+    # A plan may quote a value that happens to be the token: it never reaches the comment.
+    body = _body(marker, redact(body_markdown, [token or ""]), BODY_LIMITS[kind])
     if kind is StatusProvider.GITEA:
         url = url.rstrip("/").removesuffix("/api/v1") + "/api/v1"
     api = HostApi(kind, url, token)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import re
 import subprocess
 import threading
@@ -155,8 +156,7 @@ def auth_headers(provider: StatusProvider, token: str | None) -> dict[str, str]:
 class HostApi:
     """A Git host's REST API: one httpx client, errors classified and redacted."""
 
-    def __init__(self, kind: StatusProvider, base_url: str, token: str | None,
-                 *, timeout: httpx.Timeout = HTTP_TIMEOUT) -> None:
+    def __init__(self, kind: StatusProvider, base_url: str, token: str | None) -> None:
         self.kind = kind
         self.secrets: tuple[str, ...] = (token,) if token else ()
         headers = {"Accept": "application/json", "User-Agent": "gitray",
@@ -164,7 +164,7 @@ class HostApi:
         if kind is StatusProvider.GITHUB:
             headers["Accept"] = "application/vnd.github+json"
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
-                                    timeout=timeout, follow_redirects=False)
+                                    timeout=HTTP_TIMEOUT, follow_redirects=False)
 
     def request(self, method: str, path: str, *, what: str, json_body: Any = None,
                 params: Mapping[str, str | int] | None = None) -> httpx.Response:
@@ -225,6 +225,7 @@ class Provider(Protocol):
     name: str
     description_limit: int
     secrets: tuple[str, ...]
+    reads_before_write: bool  # post() itself skips what the host already shows
 
     def post(self, status: CommitStatus) -> bool:
         """Send ``status``; False when the host already shows it (nothing was sent)."""
@@ -238,6 +239,7 @@ class NullProvider:
 
     name = "none"
     description_limit = 1024
+    reads_before_write = True
     secrets: tuple[str, ...] = ()
 
     def post(self, status: CommitStatus) -> bool:
@@ -252,6 +254,7 @@ class GitHubProvider:
 
     name = "github"
     description_limit = 140
+    reads_before_write = False
     context_limit = 255
     _kind = StatusProvider.GITHUB
     _prefix = ""
@@ -318,6 +321,7 @@ class GitLabProvider:
 
     name = "gitlab"
     description_limit = 255
+    reads_before_write = True
 
     def __init__(self, base_url: str, project: str, token: str | None) -> None:
         self.api = HostApi(StatusProvider.GITLAB, base_url, token)
@@ -374,7 +378,8 @@ class GitNotesProvider:
 
     name = "git-notes"
     description_limit = 1024
-    push_attempts = 6
+    reads_before_write = True
+    push_attempts = 10
 
     def __init__(self, repo_dir: Path, remote: str = "origin") -> None:
         self.repo_dir = repo_dir
@@ -403,7 +408,8 @@ class GitNotesProvider:
             raise StatusRejected(f"cannot run git in {self.repo_dir}: {err.strerror}") from None
         if check and proc.returncode != 0:
             lines = (proc.stderr.strip() or proc.stdout.strip() or "failed").splitlines()
-            reason = redact(" ".join(lines[-1].split()), self.secrets)
+            errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+            reason = redact(" ".join((errors or lines)[0].split()), self.secrets)
             err_type = TransientError if args[0] in ("push", "fetch") else StatusRejected
             raise err_type(f"git {args[0]} ({self.name}): {reason}")
         return proc
@@ -444,7 +450,7 @@ class GitNotesProvider:
             return True
 
     def _push(self) -> None:
-        for _ in range(self.push_attempts):
+        for attempt in range(self.push_attempts):
             proc = self._git("push", "--quiet", self.remote, f"{NOTES_REF}:{NOTES_REF}",
                              check=False)
             if proc.returncode == 0:
@@ -453,6 +459,10 @@ class GitNotesProvider:
                              proc.stderr):
                 self._git("push", "--quiet", self.remote, f"{NOTES_REF}:{NOTES_REF}")
                 return
+            log.debug("notes push rejected (attempt %d): %s", attempt + 1,
+                      redact(" | ".join(proc.stderr.strip().splitlines()), self.secrets))
+            # Writers racing for the ref: back off a little, jittered, then merge theirs.
+            time.sleep(random.uniform(0.0, 0.05 * (attempt + 1)))
             self._merge_remote()
         raise TransientError(f"git push ({self.name}): still rejected after "
                              f"{self.push_attempts} merges with the remote notes")
@@ -567,7 +577,7 @@ class StatusPublisher:
         key = (status.sha, status.context)
         wanted = (str(status.state), status.description)
         try:
-            if key not in self._last and not isinstance(self.provider, GitLabProvider):
+            if key not in self._last and not self.provider.reads_before_write:
                 shown = self.provider.latest(status.sha, status.context)
                 if shown is not None:
                     self._remember(key, (str(shown[0]), shown[1]))
