@@ -43,6 +43,7 @@ from gitray.sync.run import (
 )
 from gitray.sync.source import read_snapshot
 from gitray.sync.status import render_status, workload_status
+from gitray.sync.statuses import token_from
 
 __all__ = ["main"]
 
@@ -120,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                     choices=["debug", "info", "warning", "error"])
     sy.add_argument("--cache-dir", default=env("GITRAY_CACHE_DIR"),
                     help="where the Git remote is cached [~/.cache/gitray/repos]")
+    sy.add_argument("--status-token-file", default=env("GITRAY_STATUS_TOKEN_FILE"),
+                    help="file holding the Git host token for commit statuses "
+                         "[else $GITRAY_STATUS_TOKEN]")
     sy.add_argument("--lease-duration", type=int, default=15, help=argparse.SUPPRESS)
     sy.add_argument("--renew-deadline", type=float, default=10.0, help=argparse.SUPPRESS)
     sy.add_argument("--retry-period", type=float, default=2.0, help=argparse.SUPPRESS)
@@ -366,7 +370,8 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         webhook_secret=secret.encode() if secret else None,
         dashboard_mode=_dashboard_mode(args),
         ray_token=_secret_file(args.ray_token_file, "Ray token"), overrides=overrides,
-        kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+        kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+        status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file))
     return Daemon(settings).run_forever()
 
 

@@ -31,6 +31,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitray.errors import GitrayError, Interrupted, TransientError, ValidationError
 from gitray.model import ObjectKey
+from gitray.plans.load import Snapshot
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
 from gitray.sync.actions import Actions
 from gitray.sync.dashboard import DashboardMode, Resolver
@@ -41,8 +42,16 @@ from gitray.sync.kube import Kube, KubeSettings
 from gitray.sync.lease import Lease, LeaseSettings, default_identity
 from gitray.sync.metrics import Metrics
 from gitray.sync.progress import ProgressStore, Record, RunState
-from gitray.sync.run import Desired, desired_from, live_plan, resumable
+from gitray.sync.run import Desired, desired_config, desired_from, live_plan, resumable
 from gitray.sync.source import fetch_branch, read_snapshot, redact
+from gitray.sync.statuses import (
+    CommitStatus,
+    PublishCounts,
+    State,
+    StatusPublisher,
+    context_for,
+    make_publisher,
+)
 
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
 
@@ -74,6 +83,7 @@ class DaemonSettings:
     kube: KubeSettings = field(default_factory=KubeSettings)
     cache_dir: Path | None = None
     max_backoff_s: float = 300.0
+    status_token: str | None = None  # for the Git host's status API (never logged)
 
 
 @dataclass
@@ -93,10 +103,11 @@ class _State:
 
 
 class Daemon:
-    def __init__(self, settings: DaemonSettings, post_status: PostStatus | None = None) -> None:
+    def __init__(self, settings: DaemonSettings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.post_status = post_status or (lambda *_: None)
+        self.statuses = StatusBridge(settings, self.metrics)
+        self.post_status: PostStatus = self.statuses.post
         self.kube = Kube.connect(settings.kube)
         self.lease = Lease(Kube(self.kube.api_client, KubeSettings(request_timeout_s=5.0)),
                            LeaseSettings(namespace=settings.lease_namespace,
@@ -199,6 +210,7 @@ class Daemon:
     def _poll_job(self) -> None:
         if self._stopping.is_set() or not self.lease.is_leader:
             return
+        self.statuses.flush()
         self.metrics.polls.inc()
         self.state.polls += 1
         started = time.monotonic()
@@ -283,6 +295,7 @@ class Daemon:
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
         self.state.attempted = sha
         snapshot = read_snapshot(str(cache), sha)
+        self.statuses.configure(snapshot, cache)
         try:
             desired = desired_from(snapshot, self.settings.overrides)
         except ValidationError as e:
@@ -384,6 +397,59 @@ class Daemon:
                 log.debug("%s step %d/%d: %s", event.key, event.index, event.total,
                           event.detail)
         return report
+
+
+class StatusBridge:
+    """Posts the daemon's statuses through the provider the revision's settings name."""
+
+    def __init__(self, settings: DaemonSettings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.publisher: StatusPublisher | None = None
+        self.prefix = "gitray"
+        self._chosen: tuple[object, ...] = ()
+        self._seen = PublishCounts()
+
+    def configure(self, snapshot: Snapshot, cache: Path) -> None:
+        """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
+        A revision whose settings are invalid keeps the previous provider."""
+        try:
+            config = desired_config(snapshot, self.settings.overrides)
+        except GitrayError:
+            return
+        status = config.status
+        chosen = (status.provider, status.url, status.repository, str(cache))
+        self.prefix = status.context_prefix
+        if chosen == self._chosen:
+            return
+        try:
+            self.publisher = make_publisher(status, token=self.settings.status_token,
+                                            repo_dir=cache, remote=self.settings.repo)
+            self._chosen = chosen
+            log.info("commit statuses: %s", status.provider.value)
+        except GitrayError as e:
+            log.error("commit statuses off: %s", e)
+
+    def post(self, sha: str, key: ObjectKey | None, state: str, description: str) -> None:
+        if self.publisher is None:
+            return
+        self.publisher.publish(CommitStatus(sha, context_for(self.prefix, key), State(state),
+                                            description))
+        self._count()
+
+    def flush(self) -> None:
+        if self.publisher is not None:
+            self.publisher.flush()
+            self._count()
+
+    def _count(self) -> None:
+        assert self.publisher is not None
+        now = self.publisher.counts()
+        for result in ("posted", "deduplicated", "retried", "failed"):
+            delta = getattr(now, result) - getattr(self._seen, result)
+            if delta > 0:
+                self.metrics.status_posts.labels(result).inc(delta)
+        self._seen = now
 
 
 def _only_deletions(plan: Plan) -> Plan:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitray.config import Config
+from gitray.config import CONFIG_FILE, Config, parse_config
 from gitray.errors import StalePlanError, ValidationError
 from gitray.model import LiveState, ObjectKey, Workload, stable_hash
 from gitray.plans.load import LoadResult, Snapshot, load_snapshot
@@ -26,7 +26,8 @@ from gitray.sync.kube import Kube, KubeSettings
 from gitray.sync.lease import Lease, LeaseSettings, default_identity
 from gitray.sync.progress import ProgressStore, Record, RunState
 
-__all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_from", "execute",
+__all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_config", "desired_from",
+           "execute",
            "live_plan", "read_live", "resumable", "snapshot_revision"]
 
 
@@ -58,6 +59,13 @@ def snapshot_revision(snapshot: Snapshot) -> str:
                            hashlib.sha256(f.data).hexdigest() if f.data is not None else ""]
                           for f in sorted(snapshot.files, key=lambda f: f.path)], 40)
     return f"worktree:{digest}"
+
+
+def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
+    """Only the settings of a revision (its gitray.yaml + overrides), even if its manifests
+    are invalid."""
+    data = next((f.data for f in snapshot.files if f.path == CONFIG_FILE), None)
+    return parse_config(data, CONFIG_FILE, overrides)
 
 
 def desired_from(snapshot: Snapshot, overrides: dict[str, Any]) -> Desired:

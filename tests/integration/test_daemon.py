@@ -144,11 +144,20 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
         testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
         sync_proc: SyncProcess) -> None:
     bare, work = remote
-    first = push(work, "first", {"gitray.yaml": gitray_config("4s"),
-                                 "svc.yaml": rs(namespace)})
+    first = push(work, "first", {"gitray.yaml": gitray_config(
+        "4s", status={"provider": "git-notes"}), "svc.yaml": rs(namespace)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
                                       f'revision="{first}"') == 1 or None, timeout=240)
     (blue,) = clusters(testenv, namespace)
+    context = f"gitray/{namespace}/RayService/{SVC}"
+    wait_for(lambda: notes(bare, first).get("gitray", {}).get("state") == "success" or None,
+             timeout=30)
+    assert notes(bare, first)[context]["state"] == "success"
+    history = note_lines(bare, first)
+    assert any(r["context"] == context and r["state"] == "pending"
+               and r["description"].startswith("step 4/6: wait-serve-running") for r in history)
+    posted = [(r["context"], r["state"], r["description"]) for r in history]
+    assert len(posted) == len(set(posted)), "a status was posted twice"
     assert serving(testenv, namespace) == blue
     assert sync_proc.metric("gitray_leader") == 1
 
@@ -167,6 +176,10 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     assert serving(testenv, namespace) == green
     wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)
     assert "DEPLOY_FAILED" in sync_proc.logs() and broken[:7] in sync_proc.logs()
+    wait_for(lambda: notes(bare, broken).get(context, {}).get("state") == "failure" or None,
+             timeout=30)
+    assert "DEPLOY_FAILED" in notes(bare, broken)[context]["description"]
+    assert notes(bare, broken)["gitray"]["state"] == "failure"
     polls = sync_proc.metric("gitray_polls_total")
     time.sleep(4)  # the failed revision is not retried in a loop
     assert sync_proc.logs().count(f"step 1/7 create-cluster {SVC}-") == 2  # upgrade + broken
@@ -184,6 +197,33 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
                                       f'revision="{fixed}"') == 1 or None, timeout=120)
     assert json.loads(sync_proc.get("/readyz")[1])["git"] == "ok"
     assert sync_proc.metric("gitray_polls_total") > polls
+
+
+def note_lines(bare: Path, sha: str) -> list[dict[str, Any]]:
+    """Every status gitray posted for ``sha``, oldest first: each post is a commit of
+    refs/notes/gitray in the real bare remote; its note for ``sha`` holds the newest record
+    per context at that moment."""
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "--git-dir", str(bare), *args], capture_output=True,
+                              text=True, check=False)
+
+    seen: dict[str, tuple[str, str]] = {}
+    history: list[dict[str, Any]] = []
+    for commit in reversed(git("rev-list", "refs/notes/gitray").stdout.split()):
+        shown = git("show", f"{commit}:{sha}")
+        for line in shown.stdout.splitlines() if shown.returncode == 0 else []:
+            record = json.loads(line)
+            value = (record["state"], record["description"])
+            if seen.get(record["context"]) != value:
+                seen[record["context"]] = value
+                history.append(record)
+    return history
+
+
+def notes(bare: Path, sha: str) -> dict[str, dict[str, Any]]:
+    from gitray.sync.statuses import GitNotesProvider
+
+    return GitNotesProvider(bare).records(sha)
 
 
 def sign(body: bytes) -> str:
