@@ -124,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     sy.add_argument("--status-token-file", default=env("GITRAY_STATUS_TOKEN_FILE"),
                     help="file holding the Git host token for commit statuses "
                          "[else $GITRAY_STATUS_TOKEN]")
+    sy.add_argument("--allowed-signers", default=env("GITRAY_ALLOWED_SIGNERS"), metavar="FILE",
+                    help="apply only commits SSH-signed by a key in FILE (git's allowed "
+                         "signers format)")
     sy.add_argument("--lease-duration", type=int, default=15, help=argparse.SUPPRESS)
     sy.add_argument("--renew-deadline", type=float, default=10.0, help=argparse.SUPPRESS)
     sy.add_argument("--retry-period", type=float, default=2.0, help=argparse.SUPPRESS)
@@ -371,7 +374,8 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         dashboard_mode=_dashboard_mode(args),
         ray_token=_secret_file(args.ray_token_file, "Ray token"), overrides=overrides,
         kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None,
-        status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file))
+        status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
+        allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None)
     return Daemon(settings).run_forever()
 
 

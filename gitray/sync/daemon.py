@@ -29,7 +29,13 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gitray.errors import GitrayError, Interrupted, TransientError, ValidationError
+from gitray.errors import (
+    GitrayError,
+    Interrupted,
+    SourceError,
+    TransientError,
+    ValidationError,
+)
 from gitray.model import ObjectKey
 from gitray.plans.load import Snapshot
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
@@ -43,7 +49,7 @@ from gitray.sync.lease import Lease, LeaseSettings, default_identity
 from gitray.sync.metrics import Metrics
 from gitray.sync.progress import ProgressStore, Record, RunState
 from gitray.sync.run import Desired, desired_config, desired_from, live_plan, resumable
-from gitray.sync.source import fetch_branch, read_snapshot, redact
+from gitray.sync.source import fetch_branch, read_snapshot, redact, verify_commit
 from gitray.sync.statuses import (
     CommitStatus,
     PublishCounts,
@@ -84,6 +90,7 @@ class DaemonSettings:
     cache_dir: Path | None = None
     max_backoff_s: float = 300.0
     status_token: str | None = None  # for the Git host's status API (never logged)
+    allowed_signers: Path | None = None  # when set, only commits signed by these keys apply
 
 
 @dataclass
@@ -296,6 +303,16 @@ class Daemon:
         self.state.attempted = sha
         snapshot = read_snapshot(str(cache), sha)
         self.statuses.configure(snapshot, cache)
+        if self.settings.allowed_signers is not None:
+            try:
+                signer = verify_commit(cache, sha, self.settings.allowed_signers)
+            except SourceError as e:
+                self.state.refused = sha
+                self.metrics.invalid_revisions.inc()
+                log.error("%s not applied: %s", sha[:7], e)
+                self.post_status(sha, None, "failure", f"not applied: {e}")
+                return []
+            log.info("%s is signed by %s", sha[:7], signer)
         try:
             desired = desired_from(snapshot, self.settings.overrides)
         except ValidationError as e:

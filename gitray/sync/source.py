@@ -49,6 +49,7 @@ __all__ = [
     "read_snapshot",
     "redact",
     "resolve_revision",
+    "verify_commit",
 ]
 
 WORKTREE = "worktree"
@@ -124,6 +125,29 @@ def fetch_branch(url: str, branch: str | None = None, *,
     bare = _fetch(url, cache)
     wanted = (branch or _head_branch(bare)).removeprefix("origin/")
     return Fetched(cache, _commit(bare, wanted, redact(url)).hexsha, wanted)
+
+
+def verify_commit(repo_dir: Path, sha: str, allowed_signers: Path) -> str:
+    """Check that commit ``sha`` is SSH-signed by a key in ``allowed_signers`` (git's
+    ``gpg.ssh.allowedSignersFile`` format). Returns the signer; raises SourceError otherwise."""
+    if not allowed_signers.is_file():
+        raise SourceError(f"allowed signers file {allowed_signers} does not exist")
+    found = git.Repo(repo_dir)
+    try:
+        out = found.git.execute(
+            ["git", "-c", "gpg.format=ssh", "-c",
+             f"gpg.ssh.allowedSignersFile={allowed_signers}", "verify-commit", "--raw", sha],
+            with_extended_output=True, kill_after_timeout=FETCH_TIMEOUT_S)
+        stderr = str(out[2])
+    except GitCommandError as err:
+        text = (err.stderr or "").strip()
+        if "no signature" in text.lower() or not text:
+            raise SourceError(f"commit {sha[:7]} is not signed") from None
+        last = text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'")
+        raise SourceError(f"commit {sha[:7]} is not signed by an allowed key ({last})") \
+            from None
+    match = re.search(r'Good "git" signature for (\S+)', stderr)
+    return match.group(1) if match else "an allowed key"
 
 
 def resolve_revision(repo: str, revision: str) -> str:
