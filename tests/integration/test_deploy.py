@@ -211,6 +211,17 @@ def test_deployment_is_spread_probed_and_hardened(testenv: TestEnv) -> None:
     assert pdb["spec"]["selector"] == spec["selector"]
 
 
+def test_every_setting_in_the_config_map_is_one_gitray_reads() -> None:
+    text = (DEPLOY / "base" / "config.yaml").read_text()
+    # Keys set, and keys shown commented out as options.
+    keys = set(re.findall(r"^ {2}# ?(GITRAY_[A-Z_]+):|^ {2}(GITRAY_[A-Z_]+):", text, re.M))
+    names = {k for pair in keys for k in pair if k}
+    source = "\n".join(p.read_text() for p in (REPO / "gitray").rglob("*.py"))
+    unknown = {n for n in names if f'"{n}"' not in source and not env_overrides({n: "x"})}
+    assert not unknown, f"settings gitray does not read: {sorted(unknown)}"
+    assert {"GITRAY_REPO", "GITRAY_ALLOWED_NAMESPACES", "GITRAY_STATUS_TOKEN_FILE"} <= names
+
+
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_settings_are_valid_and_match_the_bound_namespaces(testenv: TestEnv,
                                                            overlay: str) -> None:
@@ -221,6 +232,10 @@ def test_settings_are_valid_and_match_the_bound_namespaces(testenv: TestEnv,
     bound = {o["metadata"]["namespace"] for o in objs
              if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == CLUSTER_ROLE}
     cluster_wide = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    # The Role grants the Lease by name: the name gitray is configured with.
+    lease_rules = [r for r in only(objs, "Role", "gitray")["rules"] if "leases" in r["resources"]
+                   and "update" in r["verbs"]]
+    assert [r["resourceNames"] for r in lease_rules] == [[data["GITRAY_LEASE_NAME"]]]
     if overlay == "cluster-wide":
         assert not bound and [c["roleRef"]["name"] for c in cluster_wide] == [CLUSTER_ROLE]
     else:
@@ -486,6 +501,7 @@ ACCESS = [
     ("delete", "pods", ALLOWED, False),
     ("create", "pods/exec", ALLOWED, False),
     ("create", "events", ALLOWED, True),
+    ("patch", "events", ALLOWED, False),
     ("get", "secrets", ALLOWED, False),
     ("create", "rayclusters.ray.io", "kube-system", False),
     ("list", "rayclusters.ray.io", None, False),
@@ -512,11 +528,12 @@ def test_access_review(testenv: TestEnv, installed: list[dict[str, Any]], verb: 
 # ---- no secret material in deploy/ ----------------------------------------------------------
 
 PLACEHOLDER = "REPLACE_ME"
-# Shapes of real credentials: PEM keys, GitHub/GitLab/Slack/AWS tokens, JWTs, basic-auth URLs.
+# Shapes of real credentials: PEM keys, GitHub/GitLab/Slack/AWS tokens, JWTs, URLs with a
+# user:password (documentation writes them as <user>:<token>).
 SECRET_SHAPES = re.compile(
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----|\bgh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
     r"|\bglpat-[\w-]{20}|\bxox[abpr]-[\w-]{10,}|\bAKIA[0-9A-Z]{16}\b"
-    r"|\beyJ[\w-]{10,}\.[\w-]{10,}\.|://[^/\s:@]+:[^/\s@]+@")
+    r"|\beyJ[\w-]{10,}\.[\w-]{10,}\.|://[^/\s:@<]+:[^/\s@<]+@")
 
 
 def test_no_secret_material_in_deploy() -> None:
