@@ -577,7 +577,9 @@ class StatusPublisher:
         key = (status.sha, status.context)
         wanted = (str(status.state), status.description)
         try:
-            if key not in self._last and not self.provider.reads_before_write:
+            # Read what the host shows when nothing is remembered (a restart) and before a
+            # retry (a timed-out post may still have landed).
+            if (key not in self._last or attempts) and not self.provider.reads_before_write:
                 shown = self.provider.latest(status.sha, status.context)
                 if shown is not None:
                     self._remember(key, (str(shown[0]), shown[1]))
