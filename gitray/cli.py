@@ -27,6 +27,7 @@ from gitray.plans.materialize import materialize
 from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
+from gitray.sync.comments import upsert_plan_comment
 from gitray.sync.daemon import Daemon, DaemonSettings
 from gitray.sync.dashboard import DashboardMode, Resolver
 from gitray.sync.executor import Outcome
@@ -82,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--detailed-exitcode", action="store_true",
                     help="exit 2 when the plan has changes, 0 when it has none")
     pl.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    pl.add_argument("--comment", action="store_true",
+                    help="create or update this repository path's plan comment on the pull "
+                         "request (status.provider github, gitea or gitlab in gitray.yaml)")
+    pl.add_argument("--pr", type=int, default=_pr_from_env(), metavar="N",
+                    help="pull/merge request number for --comment [from $GITRAY_PR, "
+                         "$GITHUB_REF, $CI_MERGE_REQUEST_IID]")
+    pl.add_argument("--status-token-file", default=os.environ.get("GITRAY_STATUS_TOKEN_FILE"),
+                    help="Git host token for --comment [else $GITRAY_STATUS_TOKEN]")
     cluster_args(pl)
 
     ap = sub.add_parser("apply", help="apply a saved plan, or plan and apply a revision")
@@ -99,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
                                                                 "gitray"))
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
+    _sync_parser(sub)
+    return p
+
+
+def _sync_parser(sub: Any) -> None:
     sy = sub.add_parser("sync", help="run in-cluster: follow a branch, apply every commit")
     env = os.environ.get
     sy.add_argument("--repo", required=env("GITRAY_REPO") is None, default=env("GITRAY_REPO"),
@@ -134,7 +148,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="override a gitray.yaml setting (also GITRAY_<KEY> variables)")
     cluster_args(sy)
     exec_args(sy)
-    return p
 
 
 def cluster_args(cmd: argparse.ArgumentParser) -> None:
@@ -182,6 +195,18 @@ def _load(repo: str, revision: str | None,
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return result, snapshot
+
+
+def _pr_from_env() -> int | None:
+    env = os.environ
+    for value in (env.get("GITRAY_PR"), env.get("CI_MERGE_REQUEST_IID")):
+        if value and value.isdigit():
+            return int(value)
+    ref = env.get("GITHUB_REF", "")  # refs/pull/<n>/merge
+    parts = ref.split("/")
+    if len(parts) >= 3 and parts[1] == "pull" and parts[2].isdigit():
+        return int(parts[2])
+    return None
 
 
 def _own_namespace() -> str | None:
@@ -276,6 +301,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
     sys.stdout.write(render(plan, Format(args.format), colour=colour))
+    if args.comment:
+        if args.pr is None:
+            raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
+        outcome = upsert_plan_comment(result.config.status,
+                                      token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
+                                      args.pr, args.repo, render(plan, Format.MARKDOWN))
+        print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
     if args.detailed_exitcode and plan.has_changes:
         return EXIT_CHANGES
     return EXIT_OK
