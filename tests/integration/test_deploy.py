@@ -10,6 +10,7 @@ server (403) everywhere else. Everything created is deleted at the end of the mo
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import uuid
@@ -36,6 +37,7 @@ from gitray.sync.cluster import managed_selector, read_live_state
 from gitray.sync.kube import ForbiddenError, Kube, KubeSettings
 from gitray.sync.lease import Lease, LeaseSettings
 from gitray.sync.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
+from tests.integration.gitops import GitOpsRepo, Gitray, dump, gitray_config, output
 from tests.testenv import control
 from tests.testenv.helpers import TestEnv, raycluster_manifest, wait_for
 
@@ -485,6 +487,73 @@ def test_api_server_refuses_the_service_account_elsewhere(namespace: str, admin:
         assert "forbidden" in message and SERVICE_ACCOUNT in message, f"{what}: {message}"
     assert admin.get_or_none("ray.io/v1", "RayCluster", namespace, name) is None
     assert admin.get_or_none("v1", "Namespace", "", name) is None
+
+
+@pytest.fixture(scope="module")
+def token_kubeconfig(testenv: TestEnv, installed: list[dict[str, Any]],
+                     tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A kubeconfig with a real token of the ServiceAccount (TokenRequest), as the pod has."""
+    token = testenv.kubectl("create", "token", "gitray", "-n", NAMESPACE,
+                            "--duration=1h").strip()
+    config = json.loads(Path(testenv.kubeconfig).read_text())
+    config["users"] = [{"name": "gitray", "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = "gitray"
+    path = tmp_path_factory.mktemp("serviceaccount") / "kubeconfig"
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_gitray_apply_with_the_service_account_token(
+        testenv: TestEnv, admin: Kube, token_kubeconfig: str, namespace: str,
+        tmp_path: Path) -> None:
+    """The real CLI, authenticated as the pod would be: it syncs in the allowed namespace
+    (Lease and run records in `gitray`) and the API server refuses it in ``namespace``."""
+    whoami = kubectl(testenv, "auth", "whoami", "--kubeconfig", token_kubeconfig, "-o", "json")
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == SERVICE_ACCOUNT
+
+    instance, name = unique("deploytest"), unique("synced")
+    cluster = raycluster_manifest(name, workers=0)
+    cluster["metadata"]["namespace"] = ALLOWED
+    cluster["spec"]["suspend"] = True  # no pods, so no Ray head
+    settings = {"gitray.yaml": gitray_config(instance=instance, allowedNamespaces=[ALLOWED])}
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": f"{name}-cfg", "namespace": ALLOWED}, "data": {"k": "v"}}
+    gitray = Gitray(token_kubeconfig, NAMESPACE)
+    repo = GitOpsRepo(tmp_path / "repo")
+    records = f"{LABEL_INSTANCE}={instance}"
+    try:
+        repo.commit("v1", {**settings, "cluster.yaml": dump(cluster), "cfg.yaml": dump(cfg)})
+        r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert r.returncode == 0 and f"create-cluster {name}" in r.stdout, output(r)
+        live = admin.get("ray.io/v1", "RayCluster", ALLOWED, name)
+        assert live["metadata"]["labels"][LABEL_INSTANCE] == instance
+        assert admin.get_or_none("v1", "ConfigMap", ALLOWED, f"{name}-cfg") is not None
+        runs, _ = admin.list("v1", "ConfigMap", namespace=NAMESPACE, label_selector=records)
+        assert runs, "run records are written in gitray's namespace"
+
+        repo.commit("prune", {"cluster.yaml": None})
+        r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert r.returncode == 0 and f"delete-cluster {name}" in r.stdout, output(r)
+        assert admin.get_or_none("ray.io/v1", "RayCluster", ALLOWED, name) is None
+
+        # gitray.yaml allows every namespace; RBAC does not.
+        outside = GitOpsRepo(tmp_path / "outside")
+        moved = {**cfg, "metadata": {"name": f"{name}-cfg", "namespace": namespace}}
+        outside.commit("v1", {"gitray.yaml": gitray_config(instance=instance),
+                              "cfg.yaml": dump(moved)})
+        r = gitray.run("apply", "--repo", str(outside.path), "--yes")
+        assert r.returncode != 0 and "forbidden" in r.stderr, output(r)
+        assert SERVICE_ACCOUNT in r.stderr and "Traceback" not in r.stderr, output(r)
+        assert admin.get_or_none("v1", "ConfigMap", namespace, f"{name}-cfg") is None
+    finally:
+        admin.delete("ray.io/v1", "RayCluster", ALLOWED, name)
+        admin.delete("v1", "ConfigMap", ALLOWED, f"{name}-cfg")
+        runs, _ = admin.list("v1", "ConfigMap", namespace=NAMESPACE, label_selector=records)
+        for run in runs:
+            admin.delete("v1", "ConfigMap", NAMESPACE, run["metadata"]["name"])
+        admin.delete("coordination.k8s.io/v1", "Lease", NAMESPACE, "gitray")
 
 
 # (verb, resource, namespace or None for cluster-wide, allowed?) — what the API server's
