@@ -283,7 +283,9 @@ class GitHubProvider:
                 newest = item
         if newest is None:
             return None
-        state = {s.value: s for s in State}.get(str(newest.get("state")))
+        # GitHub names the field "state", Gitea "status".
+        shown = newest.get("state", newest.get("status"))
+        state = {s.value: s for s in State}.get(str(shown))
         return None if state is None else (state, str(newest.get("description") or ""))
 
     _per_page = "per_page"

@@ -278,7 +278,9 @@ class GitHost:
             raise _Reply(422, {"message": "Validation Failed", "errors": [
                 {"resource": "Status", "code": "custom", "field": "context",
                  "message": "context is too long (maximum is 255 characters)"}]})
-        status = {"id": self._new_id(), "flavor": flavor, "sha": sha, "state": state,
+        # Gitea's API names the state field "status" (GitHub: "state").
+        status = {"id": self._new_id(), "flavor": flavor, "sha": sha,
+                  ("state" if flavor == "github" else "status"): state,
                   "context": context, "description": description,
                   "target_url": body.get("target_url") or ""}
         self.store.statuses.append(status)

@@ -303,3 +303,19 @@ def test_a_missing_pull_request_is_one_clear_line(host: GitHost) -> None:
     assert "HTTP 404" in str(info.value)
     assert "!999" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_a_replica_with_fresh_memory_does_not_repeat_what_the_host_shows(
+        host: GitHost, flavor: str) -> None:
+    first = make_publisher(settings_for(host, flavor), token=TOKEN, repo_dir=None)
+    rollout(first)
+    before = len(status_posts(host))
+    # after a failover the new leader re-publishes the commit's current statuses
+    replica = make_publisher(settings_for(host, flavor), token=TOKEN, repo_dir=None)
+    workload = context_for("gitray", ObjectKey("RayService", "ml", "summarize"))
+    for _ in range(2):
+        replica.publish(CommitStatus(SHA, workload, State.SUCCESS, "converged at 89abcdef"))
+        replica.publish(CommitStatus(SHA, "gitray", State.SUCCESS, "1 workload converged"))
+    assert len(status_posts(host)) == before
+    assert replica.counts() == statuses.PublishCounts(deduplicated=4)
