@@ -204,6 +204,14 @@ def test_deployment_is_spread_probed_and_hardened(testenv: TestEnv) -> None:
     assert volumes["credentials"]["secret"]["optional"] is True
     # The lease namespace is the pod's own: the Role granting Leases is there.
     assert "--lease-namespace=$(POD_NAMESPACE)" in container["args"]
+    # The kubelet expands $(VAR) only for variables the container defines; others stay as is.
+    config_keys = set(only(objs, "ConfigMap", "gitray-config")["data"])
+    defined = {e["name"] for e in container["env"]} | config_keys
+    referenced = {v for arg in container["args"] for v in re.findall(r"\$\((\w+)\)", arg)}
+    assert referenced <= defined, f"undefined in args: {sorted(referenced - defined)}"
+    namespace_from = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+                      for e in container["env"] if "fieldRef" in e.get("valueFrom", {})}
+    assert namespace_from["POD_NAMESPACE"] == "metadata.namespace"
 
     svc = only(objs, "Service")
     assert svc["spec"]["ports"][0]["name"] == "http" and svc["spec"]["ports"][0]["port"] == 8080
