@@ -17,7 +17,7 @@ from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.manifests import cluster_manifest, object_manifest
 from gitray.plans.names import autoscaling_enabled, blank_autoscaler_fields, object_spec_hash
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
-from gitray.plans.steps import StepList, live_wave
+from gitray.plans.steps import StepList, removal_plan
 
 __all__ = ["plan_object", "plan_raycluster"]
 
@@ -36,12 +36,9 @@ def plan_raycluster(
     exact: bool,
 ) -> WorkloadPlan:
     live = next((o for o in owned if o.kind == key.kind and o.name == key.name), None)
-    steps = StepList()
     if workload is None:
-        for obj in owned:
-            steps.add(StepType.DELETE_CLUSTER, obj.name, {"cluster": obj.name},
-                      f"{key.name} was removed from Git")
-        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+        return removal_plan(key, owned, StepType.DELETE_CLUSTER)
+    steps = StepList()
 
     manifest = cluster_manifest(workload, config.instance)
     spec_hash = manifest["metadata"]["annotations"][ANN_SPEC_HASH]
@@ -81,13 +78,9 @@ def plan_object(
 ) -> WorkloadPlan:
     """A supporting object (ConfigMap, ServiceAccount, ...): server-side apply, prune."""
     live = next((o for o in owned if o.kind == key.kind and o.name == key.name), None)
-    steps = StepList()
     if workload is None:
-        for obj in owned:
-            steps.add(StepType.DELETE_OBJECT, obj.name,
-                      {"kind": obj.kind, "apiVersion": obj.body.get("apiVersion", "v1"),
-                       "name": obj.name}, f"{key.name} was removed from Git")
-        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+        return removal_plan(key, owned, StepType.DELETE_OBJECT)
+    steps = StepList()
     manifest = object_manifest(workload, config.instance)
     spec_hash = object_spec_hash(workload.manifest)
     if live is None:

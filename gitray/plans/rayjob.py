@@ -11,7 +11,7 @@ from gitray.config import Config
 from gitray.model import LiveObject, ObjectKey, Workload
 from gitray.plans.manifests import job_manifest
 from gitray.plans.plan import Action, StepType, WorkloadPlan
-from gitray.plans.steps import StepList, live_wave
+from gitray.plans.steps import StepList, removal_plan
 
 __all__ = ["TERMINAL_DEPLOYMENT_STATUSES", "job_finished", "plan_rayjob"]
 
@@ -34,12 +34,9 @@ def plan_rayjob(
     config: Config,
 ) -> WorkloadPlan:
     runs = sorted((o for o in owned if o.kind == key.kind), key=lambda j: (_created(j), j.name))
-    steps = StepList()
     if workload is None:
-        for run in runs:
-            steps.add(StepType.DELETE_JOB, run.name, {"job": run.name},
-                      f"{key.name} was removed from Git")
-        return WorkloadPlan(key, Action.DELETE, live_wave(owned), steps.build())
+        return removal_plan(key, runs, StepType.DELETE_JOB, wave_from=owned)
+    steps = StepList()
 
     manifest = job_manifest(workload, config.instance)
     name = manifest["metadata"]["name"]

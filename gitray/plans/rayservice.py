@@ -42,7 +42,7 @@ from gitray.plans.names import (
     service_cluster_name,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
-from gitray.plans.steps import StepList, live_wave
+from gitray.plans.steps import StepList, delete_params, live_wave
 
 __all__ = ["RayServiceLive", "parse_deadline", "plan_rayservice", "read_rayservice_live"]
 
@@ -335,22 +335,19 @@ def _instant_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
 
 def _plan_removal(key: ObjectKey, live: RayServiceLive,
                   owned: tuple[LiveObject, ...]) -> WorkloadPlan:
-    """Removed from Git (prune on): Services first, then clusters."""
+    """Removed from Git (prune on): Services first, then clusters, then anything else."""
     steps = StepList()
-    for svc in (live.head_service, live.serve_service):
-        if svc is not None:
-            steps.add(StepType.DELETE_SERVICE, svc.name, {"service": svc.name},
+    services = [svc for svc in (live.head_service, live.serve_service) if svc is not None]
+    others = [o for o in owned if o.kind not in {Kind.RAY_CLUSTER, "Service"}]
+    for step_type, objects in ((StepType.DELETE_SERVICE, services),
+                               (StepType.DELETE_CLUSTER, [live.clusters[n]
+                                                          for n in sorted(live.clusters)]),
+                               (StepType.DELETE_OBJECT, others)):
+        for obj in objects:
+            steps.add(step_type, obj.name, delete_params(step_type, obj),
                       f"{key.name} was removed from Git")
-    for name in sorted(live.clusters):
-        steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
-                  f"{key.name} was removed from Git")
-    for obj in owned:  # anything else it owned (defensive: should not exist)
-        if obj.kind not in {Kind.RAY_CLUSTER, "Service"}:
-            steps.add(StepType.DELETE_OBJECT, obj.name,
-                      {"kind": obj.kind, "apiVersion": obj.body.get("apiVersion", "v1"),
-                       "name": obj.name}, f"{key.name} was removed from Git")
-    wave = live_wave(owned)
-    return WorkloadPlan(key=key, action=Action.DELETE, wave=wave, steps=steps.build())
+    return WorkloadPlan(key=key, action=Action.DELETE, wave=live_wave(owned),
+                        steps=steps.build())
 
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gitray.model import ANN_WAVE, JSON, LiveObject
-from gitray.plans.plan import Step, StepType
+from gitray.model import ANN_WAVE, JSON, LiveObject, ObjectKey
+from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
 
-__all__ = ["StepList", "live_wave"]
+__all__ = ["StepList", "delete_params", "live_wave", "removal_plan"]
 
 
 class StepList:
@@ -34,3 +34,26 @@ def live_wave(owned: Iterable[LiveObject]) -> int:
         if text.lstrip("-").isdigit():
             return int(text)
     return 0
+
+
+def delete_params(step_type: StepType, obj: LiveObject) -> dict[str, JSON]:
+    """What a deletion step needs to find ``obj`` again."""
+    if step_type is StepType.DELETE_CLUSTER:
+        return {"cluster": obj.name}
+    if step_type is StepType.DELETE_JOB:
+        return {"job": obj.name}
+    if step_type is StepType.DELETE_SERVICE:
+        return {"service": obj.name}
+    return {"kind": obj.kind, "apiVersion": obj.body.get("apiVersion", "v1"), "name": obj.name}
+
+
+def removal_plan(key: ObjectKey, owned: Iterable[LiveObject], step_type: StepType,
+                 *, wave_from: Iterable[LiveObject] = ()) -> WorkloadPlan:
+    """A workload removed from Git: delete each of ``owned`` in order (prune)."""
+    objects = tuple(owned)
+    steps = StepList()
+    for obj in objects:
+        steps.add(step_type, obj.name, delete_params(step_type, obj),
+                  f"{key.name} was removed from Git")
+    return WorkloadPlan(key, Action.DELETE, live_wave(tuple(wave_from) or objects),
+                        steps.build())
