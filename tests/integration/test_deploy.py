@@ -11,8 +11,13 @@ server (403) everywhere else. Everything created is deleted at the end of the mo
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
 import subprocess
+import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +152,14 @@ def suspended_cluster(name: str, namespace: str) -> dict[str, Any]:
     body["metadata"]["namespace"] = namespace
     body["spec"]["suspend"] = True
     return body
+
+
+def delete_gitray_events(admin: Kube, namespace: str, names: set[str]) -> None:
+    """Events about the objects named ``names`` or prefixed with them (gitray's, KubeRay's)."""
+    events, _ = admin.list("v1", "Event", namespace=namespace)
+    for e in events:
+        if any(str(e["involvedObject"].get("name")).startswith(n) for n in names):
+            admin.delete("v1", "Event", namespace, e["metadata"]["name"])
 
 
 def unique(prefix: str) -> str:
@@ -402,8 +415,9 @@ def test_service_account_runs_gitray_workloads_in_an_allowed_namespace(
         assert as_gitray.delete("ray.io/v1", "RayCluster", ns, name)
     finally:
         for kind, obj_name in (("Pod", f"{name}-pod"), ("Service", f"{name}-serve"),
-                               ("ConfigMap", f"{name}-cfg"), ("Event", f"{name}.applied")):
+                               ("ConfigMap", f"{name}-cfg")):
             admin.delete("v1", kind, ns, obj_name)
+        delete_gitray_events(admin, ns, {name})
         admin.delete("ray.io/v1", "RayCluster", ns, name)
         wait_for(lambda: admin.get_or_none("ray.io/v1", "RayCluster", ns, name) is None
                  and admin.get_or_none("v1", "Pod", ns, f"{name}-pod") is None,
@@ -558,6 +572,110 @@ def test_gitray_apply_with_the_service_account_token(
     finally:
         admin.delete("ray.io/v1", "RayCluster", ALLOWED, name)
         admin.delete("v1", "ConfigMap", ALLOWED, f"{name}-cfg")
+        delete_gitray_events(admin, ALLOWED, {name, f"{name}-cfg"})
+        runs, _ = admin.list("v1", "ConfigMap", namespace=NAMESPACE, label_selector=records)
+        for run in runs:
+            admin.delete("v1", "ConfigMap", NAMESPACE, run["metadata"]["name"])
+        admin.delete("coordination.k8s.io/v1", "Lease", NAMESPACE, "gitray")
+
+
+def container_command(objs: list[dict[str, Any]], overrides: dict[str, str]
+                      ) -> tuple[list[str], dict[str, str]]:
+    """The rendered Deployment's arguments and environment, as the kubelet would make them
+    (no Secret exists: its optional references are left out), with ``overrides``."""
+    deploy = only(objs, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        env.update(only(objs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    for var in container.get("env") or []:
+        ref = var.get("valueFrom") or {}
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif ref.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[var["name"]] = deploy["metadata"]["namespace"]
+        else:
+            assert ref.get("secretKeyRef", {}).get("optional") is True, var
+    env.update(overrides)
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+            for arg in container["args"]]
+    return args, env
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except OSError:
+        return 0
+
+
+def test_the_deployments_gitray_sync_runs_as_the_service_account(
+        testenv: TestEnv, admin: Kube, token_kubeconfig: str, tmp_path: Path) -> None:
+    """``gitray sync`` with the Deployment's arguments and environment (the ConfigMap's
+    settings) and the ServiceAccount's token: it takes the Lease, applies a pushed commit in the
+    allowed namespace with an Event, serves its probes, and hands the Lease over on SIGTERM."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    instance, name = unique("deploytest"), unique("daemon")
+    cfg = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": ALLOWED}, "data": {"k": "v"}}
+    work.commit("v1", {"gitray.yaml": gitray_config(), "cfg.yaml": dump(cfg)})
+    work.git("push", "-q", "origin", "main")
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    args, env = container_command(render(testenv, OVERLAYS["base"]), {
+        "GITRAY_REPO": f"file://{bare}", "GITRAY_INTERVAL": "1s", "GITRAY_INSTANCE": instance,
+        "GITRAY_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)})
+    assert "--http-address=0.0.0.0:8080" in args and "--lease-namespace=gitray" in args
+    # Loopback only here, not every interface.
+    args = [f"--http-address=127.0.0.1:{port}" if a.startswith("--http-address=") else a
+            for a in args]
+    base_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("GITRAY_") and k != "KUBECONFIG"}
+    log = tmp_path / "sync.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gitray", "sync", *args, "--kubeconfig", token_kubeconfig],
+            env={**base_env, **env}, stdout=out, stderr=subprocess.STDOUT, text=True,
+            stdin=subprocess.DEVNULL, cwd=REPO)
+    records = f"{LABEL_INSTANCE}={instance}"
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def applied() -> dict[str, Any] | None:
+            assert proc.poll() is None, log.read_text()
+            return admin.get_or_none("v1", "ConfigMap", ALLOWED, name)
+
+        live = wait_for(applied, timeout=60, what="the pushed ConfigMap applied")
+        assert live["metadata"]["labels"][LABEL_INSTANCE] == instance
+        assert http_status(f"{url}/healthz") == 200 and http_status(f"{url}/readyz") == 200
+        lease = admin.get("coordination.k8s.io/v1", "Lease", NAMESPACE, "gitray")
+        assert lease["spec"]["holderIdentity"].startswith(socket.gethostname())
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+            assert re.search(r"^gitray_leader 1(\.0)?$", resp.read().decode(), re.M)
+
+        def event() -> bool:
+            events, _ = admin.list("v1", "Event", namespace=ALLOWED)
+            return any(e["involvedObject"].get("name") == name
+                       and (e.get("source") or {}).get("component") == "gitray" for e in events)
+
+        wait_for(event, timeout=30, what="an Event on the applied ConfigMap")
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        lease = admin.get("coordination.k8s.io/v1", "Lease", NAMESPACE, "gitray")
+        assert not lease["spec"].get("holderIdentity"), "the Lease is released on SIGTERM"
+        assert "forbidden" not in log.read_text().lower(), log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        admin.delete("v1", "ConfigMap", ALLOWED, name)
+        delete_gitray_events(admin, ALLOWED, {name})
         runs, _ = admin.list("v1", "ConfigMap", namespace=NAMESPACE, label_selector=records)
         for run in runs:
             admin.delete("v1", "ConfigMap", NAMESPACE, run["metadata"]["name"])
