@@ -190,7 +190,10 @@ class HostApi:
         for page in range(1, max_pages + 1):
             query["page"] = page
             response = self.request("GET", path, what=what, params=query)
-            items = response.json()
+            try:
+                items = response.json()
+            except ValueError:
+                items = None
             if not isinstance(items, list):
                 raise StatusRejected(self._scrub(f"{what}: {self.kind} did not return a list"))
             fresh = [i for i in items if isinstance(i, dict) and i.get("id") not in seen]
@@ -216,6 +219,11 @@ def _message(response: httpx.Response) -> str:
         parts = [str(body.get(k)) for k in ("message", "error", "errors") if body.get(k)]
         return "; ".join(parts)[:300] or response.reason_phrase
     return str(body)[:200]
+
+
+def _newer(item: dict[str, Any], than: dict[str, Any] | None) -> bool:
+    """Whether a listed status is newer than another (ids grow; list order varies by host)."""
+    return than is None or int(item.get("id") or 0) > int(than.get("id") or 0)
 
 
 # -- providers ------------------------------------------------------------------------------
@@ -279,7 +287,7 @@ class GitHubProvider:
         # The highest id is the status the host shows; list order differs between hosts.
         for item in self.api.pages(f"{self._prefix}/repos/{self.repo}/commits/{sha}/statuses",
                                    what=what, per_page_param=self._per_page):
-            if item.get("context") == context and (newest is None or item["id"] > newest["id"]):
+            if item.get("context") == context and _newer(item, newest):
                 newest = item
         if newest is None:
             return None
@@ -334,7 +342,7 @@ class GitLabProvider:
         newest: dict[str, Any] | None = None
         for item in self.api.pages(f"/projects/{self.project}/repository/commits/{sha}/statuses",
                                    params={"name": name}, what=f"reading status {name}"):
-            if item.get("name") == name and (newest is None or item["id"] > newest["id"]):
+            if item.get("name") == name and _newer(item, newest):
                 newest = item
         if newest is None:
             return None

@@ -6,9 +6,11 @@ push and no record is lost; a repeated status adds no notes commit.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +168,29 @@ def test_an_unreachable_remote_is_retried_not_raised(remote: tuple[Path, str],
     moved.rename(bare)
     assert publisher.flush() == 0
     assert remote_records(bare, sha)["gitray"]["state"] == "success"
+
+
+def test_credentials_in_the_remote_url_never_reach_logs_or_argv(
+        remote: tuple[Path, str], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.DEBUG)
+    _, sha = remote
+    secret = "n0tes-S3cret%2Fx"
+    work = clone(remote[0], tmp_path / "work")
+    argv: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(args: list[str], **kwargs: Any) -> Any:
+        argv.append(list(args))
+        return real_run(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    provider = GitNotesProvider(work, f"http://gitray:{secret}@127.0.0.1:9/ray-apps.git")
+    publisher = StatusPublisher(provider, backoff_s=(0.0,), max_attempts=2)
+    assert publisher.publish(CommitStatus(sha, "gitray", State.SUCCESS, "converged")) is False
+    publisher.flush()
+    assert publisher.counts().failed == 1
+    texts = [r.getMessage() for r in caplog.records] + [" ".join(a) for a in argv]
+    assert any("unable to access" in t or "Failed to connect" in t for t in texts), texts
+    for text in texts:
+        assert "n0tes-S3cret" not in text

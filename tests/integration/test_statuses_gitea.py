@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ def gitea() -> Iterator[Gitea]:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture
