@@ -29,8 +29,10 @@ import time
 from pathlib import Path
 
 MODULE = "code.gitea.io/gitea"
-# Preferred first; the proxy served these when probed (`go list -m -versions`).
-VERSIONS = ("v1.27.3", "v1.26.0")
+# Preferred first; the proxy lists v1.26.0, v1.27.3 and v1.28.0-dev. v1.27.3 is not usable:
+# its go.mod declares `module gitea.dev` ("module declares its path as: gitea.dev but was
+# required as: code.gitea.io/gitea"), and the proxy refuses gitea.dev itself (403 Forbidden).
+VERSIONS = ("v1.26.0",)
 BUILD_TAGS = "sqlite sqlite_unlock_notify"
 
 
@@ -157,7 +159,10 @@ def build(version: str) -> Path:
 
 
 def build_any() -> tuple[str, Path]:
-    """Build the first version that builds; raise with every version's error otherwise."""
+    """A cached build, else the first version that builds; raise with every error otherwise."""
+    found = cached()
+    if found is not None:
+        return found
     errors: list[str] = []
     for version in VERSIONS:
         try:
