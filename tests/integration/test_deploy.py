@@ -1,11 +1,13 @@
 """deploy/ against the real kube-apiserver: it renders, it is accepted, and its RBAC is exactly
-what gitray needs.
+what gitray needs (issue 5 acceptance 5, issue 6 item 7).
 
 The kustomize base is rendered with the environment's kubectl and applied for real with
-server-side apply (the Deployment's pods land on the kwok nodes). gitray's own client then
-impersonates ``system:serviceaccount:gitray:gitray`` and does what the daemon does — in the
-allowed namespace, in its own namespace (Lease, run records) — and is refused by the API
-server (403) everywhere else. Everything created is deleted at the end of the module.
+server-side apply (the Deployment's pods land on the kwok nodes). Then, as the ServiceAccount
+``system:serviceaccount:gitray:gitray``: gitray's own client by impersonation does what the
+daemon does in the allowed namespace and in its own (Lease, run records) and is refused by the
+API server (403) everywhere else; the real ``gitray apply`` and ``gitray sync`` (with the
+Deployment's arguments and environment) run with a token of the ServiceAccount. Everything
+created is deleted at the end of each test or of the module.
 """
 
 from __future__ import annotations
