@@ -302,7 +302,6 @@ class Daemon:
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
         self.state.attempted = sha
         snapshot = read_snapshot(str(cache), sha)
-        self.statuses.configure(snapshot, cache)
         if self.settings.allowed_signers is not None:
             try:
                 signer = verify_commit(cache, sha, self.settings.allowed_signers)
@@ -313,6 +312,8 @@ class Daemon:
                 self.post_status(sha, None, "failure", f"not applied: {e}")
                 return []
             log.info("%s is signed by %s", sha[:7], signer)
+        # Only a verified revision may choose where statuses (and the status token) go.
+        self.statuses.configure(snapshot, cache)
         try:
             desired = desired_from(snapshot, self.settings.overrides)
         except ValidationError as e:
