@@ -49,6 +49,7 @@ from gitray.errors import ConfigError, GitrayError, TransientError
 from gitray.model import ObjectKey
 
 __all__ = [
+    "NOTES_REF",
     "CommitStatus",
     "GitHubProvider",
     "GitLabProvider",
@@ -63,6 +64,7 @@ __all__ = [
     "StatusRejected",
     "auth_headers",
     "context_for",
+    "gitlab_state",
     "make_publisher",
     "redact",
     "step_description",
