@@ -9,6 +9,7 @@
     │   ├── ValidationError     a revision has invalid manifests (carries every diagnostic)
     │   └── StalePlanError      a saved plan no longer matches Git or the cluster
     ├── TerminalError           a step failed for good (timeout, Serve DEPLOY_FAILED, ...)
+    ├── StatusRejected          a Git host refused a status/comment (gitray.sync.statuses)
     ├── TransientError          worth retrying with backoff (API hiccup, conflict, network)
     │   └── LeaseLostError      this process no longer holds the Lease; stop mutating
     └── Interrupted             shutting down: stop between (or inside a wait of) steps; the

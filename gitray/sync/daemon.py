@@ -57,6 +57,7 @@ from gitray.sync.statuses import (
     StatusPublisher,
     context_for,
     make_publisher,
+    step_description,
 )
 
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
@@ -399,9 +400,8 @@ class Daemon:
                 raise Interrupted("shutting down")
             step = event.step
             if event.phase == "start":
-                self.post_status(sha, event.key, "pending",
-                                 f"step {event.index}/{event.total}: {step.type.value} "
-                                 f"{step.target}")
+                self.post_status(sha, event.key, "pending", step_description(
+                    event.index, event.total, f"{step.type.value} {step.target}"))
                 log.info("%s step %d/%d %s %s", event.key, event.index, event.total,
                          step.type.value, step.target)
             elif event.phase in {"done", "failed"}:
