@@ -34,5 +34,8 @@ def setup_logging(level: str = "info", json_format: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("kubernetes", "urllib3", "httpx", "httpcore", "apscheduler", "git"):
+    for noisy in ("kubernetes", "urllib3", "httpx", "httpcore", "git"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # "skipped: maximum number of running instances reached" every poll during a long pass
+    # is expected (one pass at a time), not a warning worth a log line.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)

@@ -24,8 +24,11 @@ from gitray.sync.kube import Kube
 
 __all__ = ["DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
 
-_DIRECT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
-_PROXY_TIMEOUT = httpx.Timeout(10.0)
+_DIRECT_TIMEOUT = httpx.Timeout(15.0, connect=3.0)
+_PROXY_TIMEOUT = httpx.Timeout(20.0)
+# The PUT returns once Serve's controller has the config; a busy head can take a while.
+_DEPLOY_TIMEOUT = httpx.Timeout(60.0, connect=3.0)
+_HEALTHZ_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 _BODY_LIMIT = 4000
 
 
@@ -112,7 +115,7 @@ class Resolver:
             if not _pod_ip(pod):
                 return False
             url = f"http://{_pod_ip(pod)}:{port}/-/healthz"
-        client = self._auth() or httpx.Client(timeout=_DIRECT_TIMEOUT)
+        client = self._auth() or httpx.Client(timeout=_HEALTHZ_TIMEOUT)
         try:
             with client:
                 return client.get(url).status_code == 200
@@ -145,7 +148,8 @@ class ServeClient:
 
     def deploy(self, serve_config: Mapping[str, Any]) -> None:
         """PUT the declarative Serve config. 400 is terminal (Serve's validation message)."""
-        r = self._request("PUT", "/api/serve/applications/", json=dict(serve_config))
+        r = self._request("PUT", "/api/serve/applications/", json=dict(serve_config),
+                          timeout=_DEPLOY_TIMEOUT)
         if r.is_success:
             return
         body = r.text[:_BODY_LIMIT].strip()
