@@ -159,7 +159,8 @@ class _Ctx:
                         why: str) -> None:
         self.steps.add(StepType.DEPLOY_SERVE, cluster,
                        {"cluster": cluster, "serveConfig": dict(serve),
-                        "serveConfigHash": serve_hash}, why)
+                        "serveConfigHash": serve_hash,
+                        "timeoutSeconds": self.config.rayservice.serve_ready_timeout_s}, why)
         self.wait_running(cluster, serve, serve_hash,
                           "wait until every Serve application is RUNNING")
 

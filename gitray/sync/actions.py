@@ -204,7 +204,10 @@ class Actions:
 
     def _deploy_serve(self, ns: str, step: Step, report: Report) -> str:
         cluster = str(step.params["cluster"])
-        deadline = self._deadline(DEPLOY_BUDGET_S)
+        # kubelets report a head pod ready before its dashboard answers: retry the PUT within
+        # the Serve timeout of the plan (at least DEPLOY_BUDGET_S).
+        budget = max(float(step.params.get("timeoutSeconds", 0)), DEPLOY_BUDGET_S)
+        deadline = self._deadline(budget)
         while True:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
@@ -212,8 +215,8 @@ class Actions:
                 return f"Serve config sent to {cluster}"
             except TransientError as e:
                 if self._left(deadline) <= 0:
-                    raise TerminalError(f"could not send the Serve config to {cluster}: {e}") \
-                        from None
+                    raise TerminalError(f"could not send the Serve config to {cluster} within "
+                                        f"{budget:.0f} s: {e}") from None
                 report(f"dashboard not reachable yet ({e})")
                 self.clock.sleep(2.0)
 

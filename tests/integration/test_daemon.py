@@ -179,7 +179,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     wait_for(lambda: notes(bare, broken).get(context, {}).get("state") == "failure" or None,
              timeout=30)
     assert "DEPLOY_FAILED" in notes(bare, broken)[context]["description"]
-    assert notes(bare, broken)["gitray"]["state"] == "failure"
+    wait_for(lambda: notes(bare, broken)["gitray"]["state"] == "failure" or None, timeout=30)
     polls = sync_proc.metric("gitray_polls_total")
     time.sleep(4)  # the failed revision is not retried in a loop
     assert sync_proc.logs().count(f"step 1/7 create-cluster {SVC}-") == 2  # upgrade + broken
