@@ -380,6 +380,7 @@ _GIT_IDENTITY = {"GIT_AUTHOR_NAME": "gitray", "GIT_AUTHOR_EMAIL": "gitray@localh
 _HELPER = ('!f() { test "$1" = get || exit 0; echo "username=$GITRAY_NOTES_USERNAME"; '
            'echo "password=$GITRAY_NOTES_PASSWORD"; }; f')
 _REMOTE_NOTES = "refs/notes/gitray-remote"
+_STALE_LOCK_AFTER = 3  # consecutive "lock file exists" refusals before calling it stale
 
 
 class GitNotesProvider:
@@ -462,11 +463,24 @@ class GitNotesProvider:
             return True
 
     def _push(self) -> None:
+        locked = 0
         for attempt in range(self.push_attempts):
             proc = self._git("push", "--quiet", self.remote, f"{NOTES_REF}:{NOTES_REF}",
                              check=False)
             if proc.returncode == 0:
                 return
+            lock = re.search(r"Unable to create '([^']*\.lock)': File exists", proc.stderr)
+            locked = locked + 1 if lock else 0
+            if lock and locked >= _STALE_LOCK_AFTER:
+                # A concurrent push holds the lock for milliseconds; one that outlives a few
+                # attempts was left by a push that crashed. Merging again cannot help.
+                raise TransientError(
+                    f"git push ({self.name}): the remote's {NOTES_REF} is locked "
+                    f"({redact(lock.group(1), self.secrets)} exists; left by a crashed push? "
+                    "remove it on the Git server)")
+            if lock:
+                time.sleep(random.uniform(0.05, 0.2 * locked))
+                continue
             if not re.search(r"rejected|non-fast-forward|fetch first|cannot lock ref",
                              proc.stderr):
                 self._git("push", "--quiet", self.remote, f"{NOTES_REF}:{NOTES_REF}")

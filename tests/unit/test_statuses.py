@@ -366,3 +366,27 @@ def test_the_token_never_appears_in_logs_errors_statuses_or_comments(
         assert TOKEN not in text
         assert "S3cretT0ken" not in text, text
         assert encoded not in text
+
+
+def test_a_stale_lock_on_the_remote_notes_is_reported_not_merged_around(tmp_path: Path) -> None:
+    import subprocess
+
+    def git(*args: str, cwd: Path = tmp_path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q", "--bare", "remote.git")
+    work = tmp_path / "work"
+    git("init", "-q", str(work))
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x",
+        cwd=work)
+    sha = git("rev-parse", "HEAD", cwd=work)
+    lock = tmp_path / "remote.git" / "refs" / "notes" / "gitray.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()  # what a push that crashed leaves behind
+    provider = statuses.GitNotesProvider(work, str(tmp_path / "remote.git"))
+    status = CommitStatus(sha, "gitray", State.SUCCESS, "converged")
+    with pytest.raises(TransientError, match=r"refs/notes/gitray is locked .*gitray\.lock"):
+        provider.post(status)
+    lock.unlink()
+    assert provider.post(CommitStatus(sha, "gitray", State.FAILURE, "later")) is True
