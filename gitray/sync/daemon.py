@@ -49,7 +49,13 @@ from gitray.sync.lease import Lease, LeaseSettings, default_identity
 from gitray.sync.metrics import Metrics
 from gitray.sync.progress import ProgressStore, Record, RunState
 from gitray.sync.run import Desired, desired_config, desired_from, live_plan, resumable
-from gitray.sync.source import fetch_branch, read_snapshot, redact, verify_commit
+from gitray.sync.source import (
+    fetch_branch,
+    is_ancestor,
+    read_snapshot,
+    redact,
+    verify_commit,
+)
 from gitray.sync.statuses import (
     CommitStatus,
     PublishCounts,
@@ -243,6 +249,11 @@ class Daemon:
         if fetched.sha == self.state.refused:
             return
         if fetched.sha != self.state.attempted:
+            synced = self.state.synced
+            if synced and not is_ancestor(fetched.cache, synced, fetched.sha):
+                log.warning("the history of %s was rewritten: the synced commit %s is not an "
+                            "ancestor of %s; syncing the new tip", fetched.branch, synced[:7],
+                            fetched.sha[:7])
             self.sync(fetched.cache, fetched.sha, "commit")
         elif retry:
             self.sync(fetched.cache, fetched.sha, "retry")

@@ -45,6 +45,7 @@ __all__ = [
     "Fetched",
     "default_cache_dir",
     "fetch_branch",
+    "is_ancestor",
     "is_url",
     "read_snapshot",
     "redact",
@@ -148,6 +149,15 @@ def verify_commit(repo_dir: Path, sha: str, allowed_signers: Path) -> str:
             from None
     match = re.search(r'Good "git" signature for (\S+)', stderr)
     return match.group(1) if match else "an allowed key"
+
+
+def is_ancestor(repo_dir: Path, older: str, newer: str) -> bool:
+    """Whether ``older`` is in the history of ``newer`` (False if ``older`` is gone)."""
+    try:
+        git.Repo(repo_dir).git.merge_base("--is-ancestor", older, newer)
+    except GitCommandError:
+        return False
+    return True
 
 
 def resolve_revision(repo: str, revision: str) -> str:

@@ -280,6 +280,8 @@ def test_remote_gone_corrupted_and_force_pushed(
     wait_for(lambda: notes(remote.bare, rewritten).get("gitray", {}).get("state") == "success"
              or None, timeout=30, what="success status of the rewritten tip")
     assert f"sync {rewritten[:7]} (commit)" in messages(daemon)
+    assert f"the synced commit {extra[:7]} is not an ancestor of {rewritten[:7]}" \
+        in messages(daemon)
     assert daemon.get("/healthz")[0] == 200 and readyz(daemon)[1]["git"] == "ok"
 
     # (d) and it keeps following the branch
