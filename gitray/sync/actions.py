@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gitray.errors import TerminalError, TransientError
+from gitray.errors import LeaseLostError, TerminalError, TransientError
 from gitray.model import (
     ANN_DELETE_AFTER,
     ANN_SERVE_CONFIG_HASH,
@@ -66,6 +66,9 @@ class Actions:
         self.kube = kube
         self.resolver = resolver
         self.clock = clock or Clock()
+        # called before a write made inside a wait step (waits are not fenced up front);
+        # the executor sets it to the Lease's ensure_held
+        self.fence: Callable[[], None] = lambda: None
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
             StepType.UPDATE_CLUSTER: self._update_cluster,
@@ -242,9 +245,12 @@ class Actions:
                 if verdict.state is ServeState.FAILED:
                     raise TerminalError(verdict.message)
                 if verdict.state is ServeState.RUNNING:
+                    self.fence()  # a leader woken from a pause must not write this
                     self.kube.patch(API_VERSION_RAY, "RayCluster", ns, cluster, {"metadata": {
                         "annotations": {ANN_SERVE_CONFIG_HASH: step.params["serveConfigHash"]}}})
                     return f"{summary} on {cluster}"
+            except LeaseLostError:
+                raise
             except TransientError as e:
                 summary = str(e)
             waited = self.clock.monotonic() - started

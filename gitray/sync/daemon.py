@@ -312,7 +312,8 @@ class Daemon:
         self.state.api_problem = str(e)
 
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
-        self.state.attempted = sha
+        if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
+            self.state.attempted = sha
         snapshot = read_snapshot(str(cache), sha)
         if self.settings.allowed_signers is not None:
             try:
@@ -340,12 +341,17 @@ class Daemon:
         progress = ProgressStore(self.kube, self.settings.lease_namespace,
                                  desired.config.instance, self.lease)
         records = progress.list()
-        plan = self._select(plan, records, trigger)
+        selected = self._select(plan, records, trigger)
+        failed_before = [w.key for w, s in zip(plan.workloads, selected.workloads, strict=True)
+                         if w.steps and not s.steps]
+        plan = selected
         if trigger == "deletions":
             plan = _only_deletions(plan)
         resume = resumable(plan, records)
         if not any(w.steps for w in plan.workloads) and not resume:
-            if trigger in {"commit", "retry"}:
+            # "nothing to do" because a workload already failed at this revision is not "in
+            # sync": its failure status stands (e.g. for a new leader polling that commit)
+            if trigger in {"commit", "retry"} and not failed_before:
                 self._converged(sha, desired, plan)
             return []
         log.info("sync %s (%s): %s", sha[:7], trigger,

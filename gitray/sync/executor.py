@@ -80,6 +80,7 @@ class Executor:
                  progress: ProgressStore | None = None, reporter: Reporter | None = None) -> None:
         self.actions = actions
         self.fence = fence
+        actions.fence = fence.ensure_held  # writes inside wait steps are fenced too
         self.config = config
         self.progress = progress
         self.reporter = reporter or (lambda _event: None)

@@ -1,0 +1,469 @@
+"""Faults against real `gitray sync` processes (issue 6, items 1-3).
+
+- Leader failover at every step boundary of a blue-green upgrade: two replicas share a Lease;
+  the leader is SIGKILLed right after step k of 7 is logged as done; the other replica takes
+  over, resumes the run record and converges. Across every run: one pending cluster per
+  upgrade (every RayCluster ever ADDED is recorded by a watch), traffic never selects a cluster
+  whose Serve apps are not all RUNNING (a background sampler reads the serve Service's selector
+  and that cluster's real Serve status), and no step recorded as done is lost.
+- Fencing: the leader is SIGSTOPped inside wait-serve-running for longer than the Lease; the
+  other replica takes over and converges; after SIGCONT the old one writes nothing (object
+  histories: gitray's managedFields entries, run-record and Lease versions, the git-notes ref),
+  says it lost the Lease and reports gitray_leader 0.
+- API server restart in the middle of wait-cluster-ready, in an environment of this module's
+  own: gitray retries, resumes and converges with no duplicate objects.
+
+Take-over times are printed (run with -s to see them) — never asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitray.model import ObjectKey
+from gitray.sync.kube import Kube, KubeSettings
+from gitray.sync.progress import ProgressStore, Record, RunState
+from tests.integration.chaos import (
+    ClusterWatch,
+    Replica,
+    TrafficSampler,
+    figures,
+    holder_pid,
+    isolated,
+    lease_holder,
+    restart_apiserver,
+    start_replica,
+)
+from tests.integration.gitops import (
+    GREETER,
+    GitOpsRepo,
+    dump,
+    example_rayservice,
+    gitray_config,
+    serve_config,
+)
+from tests.testenv import build, control
+from tests.testenv.helpers import TestEnv, wait_for
+
+SVC = "serve-demo"
+UPGRADE_STEPS = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",
+                 "switch-service", "switch-service", "schedule-cluster-deletion"]
+BOUNDARIES = [(1, "create-cluster"), (2, "wait-cluster-ready"), (3, "deploy-serve"),
+              (4, "wait-serve-running"), (5, "switch-service-head"),
+              (6, "switch-service-serve")]
+TAKEOVERS: list[float] = []
+
+
+class _ReadOnly:
+    epoch = 0
+
+    def ensure_held(self) -> None:
+        raise AssertionError("reads only")
+
+
+def load_record(kubeconfig: str, namespace: str) -> Record | None:
+    kube = Kube.connect(KubeSettings(kubeconfig=kubeconfig))
+    try:
+        return ProgressStore(kube, namespace, "gitray", _ReadOnly()).load(
+            ObjectKey("RayService", namespace, SVC))
+    finally:
+        kube.close()
+
+
+def live_clusters(env: TestEnv, ns: str) -> list[str]:
+    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    return sorted(i["metadata"]["name"] for i in items
+                  if not i["metadata"].get("deletionTimestamp"))
+
+
+def selected(env: TestEnv, ns: str, service: str) -> str | None:
+    try:
+        svc = env.core.read_namespaced_service(service, ns)
+    except Exception:
+        return None
+    return (svc.spec.selector or {}).get("ray.io/cluster")
+
+
+def make_namespace(env: TestEnv) -> str:
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def drop_namespace(env: TestEnv, name: str) -> None:
+    env.core.delete_namespace(name)
+
+    def gone() -> bool:
+        pods = env.core.list_namespaced_pod(name).items
+        return not pods and not [h for h in env.ray_heads() if h["namespace"] == name]
+    wait_for(gone, timeout=120, what=f"pods and Ray heads of namespace {name} gone")
+
+
+def rs(ns: str, image: str) -> str:
+    return dump(example_rayservice(ns, image=image, serve=serve_config(GREETER)))
+
+
+@dataclass
+class Fleet:
+    """Two (or more over time) `gitray sync` replicas on one namespace and bare remote."""
+
+    env: TestEnv
+    ns: str
+    bare: Path
+    work: GitOpsRepo
+    tmp: Path
+    replicas: list[Replica] = field(default_factory=list)
+    version: int = 0
+
+    def start(self) -> Replica:
+        r = start_replica(self.env.kubeconfig, self.ns, self.bare, self.tmp,
+                          f"r{len(self.replicas)}")
+        self.replicas.append(r)
+        return r
+
+    def push(self, message: str, files: dict[str, str | None]) -> str:
+        sha = self.work.commit(message, files)
+        self.work.git("push", "-q", "origin", "main")
+        return sha
+
+    def upgrade(self, message: str) -> str:
+        self.version += 1
+        return self.push(message, {"svc.yaml": rs(self.ns, f"rayproject/ray:2.60.{self.version}")})
+
+    def leader(self) -> tuple[Replica, str]:
+        def find() -> tuple[Replica, str] | None:
+            holder, _ = lease_holder(self.env, self.ns)
+            pid = holder_pid(holder)
+            for r in self.replicas:
+                if r.pid == pid and r.alive() and r.metric("gitray_leader") == 1:
+                    return r, holder
+            return None
+        return wait_for(find, timeout=60, interval=0.2, what="a live leader")
+
+    def record(self) -> Record | None:
+        return load_record(self.env.kubeconfig, self.ns)
+
+    def converged(self, sha: str, timeout: float = 300) -> Record:
+        def done() -> Record | None:
+            rec = self.record()
+            if rec is None or rec.revision != sha:
+                return None
+            if rec.state is RunState.FAILED:
+                raise AssertionError(f"the run failed: {rec.reason}\n{self.logs()}")
+            if rec.state is not RunState.SUCCEEDED:
+                return None
+            new = rec.plan.steps[0].target
+            if selected(self.env, self.ns, f"{SVC}-serve-svc") != new \
+                    or selected(self.env, self.ns, f"{SVC}-head-svc") != new:
+                return None
+            return rec
+        return wait_for(done, timeout=timeout, interval=0.5, what=f"{sha[:7]} converged")
+
+    def not_failed(self, sha: str) -> None:
+        rec = self.record()
+        if rec is not None and rec.revision == sha and rec.state is RunState.FAILED:
+            raise AssertionError(f"the run of {sha[:7]} failed: {rec.reason}\n{self.logs()}")
+
+    def only_active_left(self, rec: Record) -> None:
+        new = rec.plan.steps[0].target
+        wait_for(lambda: live_clusters(self.env, self.ns) == [new] or None, timeout=120,
+                 what=f"old cluster deleted, only {new} left")
+        # and its Ray head stopped: kwok hands a deleted pod's IP to the next pod at once, and
+        # a head still answering there would be taken for the next cluster's (see the report)
+        wait_for(lambda: all(h["pod"].startswith(f"{new}-") for h in self.env.ray_heads()
+                             if h["namespace"] == self.ns) or None, timeout=120,
+                 what="old cluster's Ray head stopped")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {r.name} (pid {r.pid})\n{r.log.read_text()[-4000:]}"
+                         for r in self.replicas)
+
+
+@pytest.fixture(scope="module")
+def fleet(testenv: TestEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("failover")
+    ns = make_namespace(testenv)
+    bare = tmp / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp / "work")
+    work.git("remote", "add", "origin", str(bare))
+    f = Fleet(testenv, ns, bare, work, tmp)
+    try:
+        first = f.push("first", {"gitray.yaml": isolated(gitray_config(
+            "2s", status={"provider": "git-notes"}), ns),
+            "svc.yaml": rs(ns, "rayproject/ray:2.60.0")})
+        f.start()
+        f.start()
+        with ClusterWatch(testenv, ns) as watch, \
+                TrafficSampler(testenv, ns, f"{SVC}-serve-svc") as sampler:
+            f.watch, f.sampler = watch, sampler  # type: ignore[attr-defined]
+            rec = f.converged(first)
+            f.only_active_left(rec)
+            yield f
+    finally:
+        for r in f.replicas:
+            r.terminate()
+        drop_namespace(testenv, ns)
+
+
+def check_traffic(f: Fleet) -> None:
+    sampler: TrafficSampler = f.sampler  # type: ignore[attr-defined]
+    bad = sampler.violations()
+    print(f"traffic samples: {len(sampler.samples)} ({sampler.answered()} answered, "
+          f"{sampler.unreachable()} dashboard unreachable), violations: {len(bad)}")
+    assert sampler.answered() > 0, "the sampler never read a Serve status"
+    assert not bad, f"traffic selected a cluster whose Serve apps were not all RUNNING: {bad[:5]}"
+
+
+def check_record_order(rec: Record) -> None:
+    """Step order from the run record: all 7 done, switches only after Serve was RUNNING."""
+    assert [s.type for s in rec.steps] == UPGRADE_STEPS, rec.steps
+    assert all(s.status.value == "ok" for s in rec.steps), rec.steps
+    running = next(s for s in rec.steps if s.type == "wait-serve-running")
+    for s in rec.steps:
+        if s.type == "switch-service":
+            assert s.started_at >= running.finished_at, (s, running)
+
+
+@pytest.mark.parametrize(("k", "after"), BOUNDARIES, ids=[f"after-{k}-{a}"
+                                                          for k, a in BOUNDARIES])
+def test_leader_failover_at_every_step(fleet: Fleet, k: int, after: str) -> None:
+    f = fleet
+    watch: ClusterWatch = f.watch  # type: ignore[attr-defined]
+    leader, _ = f.leader()
+    t_push = time.time()
+    sha = f.upgrade(f"upgrade, leader killed after step {k}")
+
+    def done_k() -> float | None:
+        for line, idx, total, _, _ in leader.step_lines(since=t_push, done_only=True):
+            if idx == k and total == 7:
+                return line.time
+        if not leader.alive():
+            raise AssertionError(f"leader exited on its own\n{f.logs()}")
+        f.not_failed(sha)
+        return None
+    wait_for(done_k, timeout=300, interval=0.05, what=f"leader's step {k}/7 done line")
+    killed_at = leader.kill()
+    snapshot = f.record()
+    assert snapshot is not None and snapshot.revision == sha, snapshot
+    done_before = {s.id: s for s in snapshot.steps if s.status.value == "ok"}
+    assert len(done_before) in {k - 1, k}, (k, snapshot.steps)  # the kill may beat the write
+    f.start()  # a fresh standby replaces the killed replica
+
+    def first_step_after_kill() -> tuple[Replica, float, int] | None:
+        for r in f.replicas:
+            if r is leader:
+                continue
+            lines = r.step_lines(since=killed_at)
+            if lines:
+                return r, lines[0][0].time, lines[0][1]
+        return None
+    new_leader, t_first, resumed_at = wait_for(first_step_after_kill, timeout=120,
+                                               interval=0.1, what="the new leader's first step")
+    takeover = t_first - killed_at
+    TAKEOVERS.append(takeover)
+    print(f"after step {k} ({after}): take-over {takeover:.1f} s by {new_leader.name}, "
+          f"resumed at step {resumed_at}/7")
+    # it resumed the killed leader's run at its cursor instead of starting over
+    assert resumed_at == len(done_before) + 1, (resumed_at, snapshot.steps)
+
+    rec = f.converged(sha)
+    new = rec.plan.steps[0].target
+    check_record_order(rec)
+    for sid, step in done_before.items():  # no step recorded as done was lost or redone
+        kept = next(s for s in rec.steps if s.id == sid)
+        assert kept == step, (kept, step)
+    assert rec.epoch > snapshot.epoch
+    created = [(uid, name) for uid, name in watch.since(t_push)]
+    assert [name for _, name in created] == [new], \
+        f"expected exactly one pending cluster {new} for this upgrade, saw {created}"
+    f.only_active_left(rec)
+    assert len(watch.uids_named(f"{SVC}-")) == k + 1  # first rollout + one per upgrade so far
+    check_traffic(f)
+    print(f"take-over so far: {figures(TAKEOVERS)}")
+
+
+def note_ref(bare: Path) -> str:
+    return subprocess.run(["git", "--git-dir", str(bare), "rev-parse", "-q", "--verify",
+                           "refs/notes/gitray"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+
+
+def gitray_history(env: TestEnv, ns: str) -> dict[str, Any]:
+    """What only gitray writes: its managedFields entries on RayClusters, Services and Pods
+    (others, e.g. KubeRay's status, are left out), and the run records' versions."""
+    out: dict[str, Any] = {}
+
+    def mine(kind: str, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            meta = item["metadata"]
+            entries = [(m.get("manager"), m.get("operation"), m.get("time"),
+                        str(m.get("fieldsV1"))) for m in meta.get("managedFields") or []
+                       if str(m.get("manager", "")).startswith(("gitray", "python"))]
+            out[f"{kind}/{meta['name']}"] = (meta["uid"], entries)
+
+    api = env.api_client
+    rcs = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    mine("RayCluster", rcs)
+    for kind, fn in (("Service", env.core.list_namespaced_service),
+                     ("Pod", env.core.list_namespaced_pod)):
+        mine(kind, api.sanitize_for_serialization(fn(ns))["items"])
+    for cm in env.core.list_namespaced_config_map(
+            ns, label_selector="gitray.io/role=progress").items:
+        out[f"ConfigMap/{cm.metadata.name}"] = cm.metadata.resource_version
+    return out
+
+
+def test_fencing_under_sigstop(fleet: Fleet) -> None:
+    f = fleet
+    old, old_identity = f.leader()
+    _, epoch_before = lease_holder(f.env, f.ns)
+    t_push = time.time()
+    sha = f.upgrade("upgrade, leader paused in wait-serve-running")
+
+    def in_wait() -> bool | None:
+        f.not_failed(sha)
+        return any(idx == 4 and typ == "wait-serve-running" and not done
+                   for _, idx, _, typ, done in old.step_lines(since=t_push)) or None
+    wait_for(in_wait, timeout=300, interval=0.05, what="leader in wait-serve-running")
+    old.signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        rec = f.converged(sha)
+        f.only_active_left(rec)
+        holder, epoch = lease_holder(f.env, f.ns)
+        assert holder != old_identity and epoch > epoch_before, (holder, epoch)
+        check_record_order(rec)
+        before = gitray_history(f.env, f.ns)
+        notes_before = note_ref(f.bare)
+        paused = time.monotonic() - stopped_at
+        print(f"old leader paused for {paused:.1f} s (lease 4 s); new holder {holder}, "
+              f"epoch {epoch_before} -> {epoch}")
+        assert paused > 4
+    finally:
+        t_cont = time.time()
+        old.signal(signal.SIGCONT)
+
+    def stepped_down() -> bool | None:
+        # the log's timestamps are cut to milliseconds; nothing logs while stopped
+        said = [line.msg for line in old.lines() if line.time >= t_cont - 0.01
+                and ("stepped down" in line.msg or "lost the Lease" in line.msg)]
+        return (bool(said) and old.metric("gitray_leader") == 0) or None
+    wait_for(stepped_down, timeout=60, interval=0.2, what="old leader steps down")
+    # give the woken process time to try whatever it still had in flight: its Serve wait
+    # returns (the cluster is RUNNING) and it tries to record the step
+    time.sleep(8)
+    after = gitray_history(f.env, f.ns)
+    assert after == before, "an object gitray manages changed after the old leader woke: " \
+        + str({k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+               if before.get(k) != after.get(k)})
+    assert note_ref(f.bare) == notes_before, "a commit status was posted after SIGCONT"
+    assert lease_holder(f.env, f.ns) == (holder, epoch)
+    assert old.alive() and old.metric("gitray_leader") == 0
+    woke = [line.msg for line in old.lines() if line.time >= t_cont - 0.01]
+    print("old leader after SIGCONT:\n  " + "\n  ".join(woke[:15]))
+    # its Serve wait found the apps RUNNING and would have annotated the cluster (a write):
+    # it must refuse (fenced) rather than complete the step
+    finished = [line.msg for line, *_ in old.step_lines(since=t_cont - 0.01, done_only=True)]
+    assert not finished, f"the old leader completed steps after SIGCONT: {finished}"
+    check_traffic(f)
+    print(f"take-over times over the failover runs: {figures(TAKEOVERS)}"
+          + (f"; mean {statistics.mean(TAKEOVERS):.1f} s" if TAKEOVERS else ""))
+
+
+# ---- API server restart: an environment of this module's own ------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_env() -> Iterator[tuple[TestEnv, Path]]:
+    try:
+        lay = build.layout(probe_if_needed=False)
+    except build.BuildError as exc:
+        pytest.fail(f"{exc}")
+    if not lay.complete():
+        pytest.fail(f"test environment not built (incomplete {lay.dir}); run scripts/testenv build")
+    d = Path(tempfile.mkdtemp(prefix="gitray-chaos-env-"))
+    try:
+        state = control.up(d, say=lambda _m: None)
+    except control.EnvError as exc:
+        control.down(d, say=lambda _m: None)
+        pytest.fail(f"could not start a second test environment: {exc}")
+    env = TestEnv(state)
+    try:
+        yield env, d
+    finally:
+        env.close()
+        control.down(d, say=lambda _m: None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Path) -> None:
+    env, state_dir = own_env
+    ns = make_namespace(env)
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    work.commit("first", {"gitray.yaml": isolated(gitray_config("2s"), ns),
+                          "svc.yaml": rs(ns, "rayproject/ray:2.60.0")})
+    work.git("push", "-q", "origin", "main")
+    sha = work.git("rev-parse", "HEAD")
+    replica = start_replica(env.kubeconfig, ns, bare, tmp_path, "solo")
+    try:
+        with ClusterWatch(env, ns) as watch:
+            t0 = time.time()
+
+            def waiting() -> bool | None:
+                return any(idx == 2 and typ == "wait-cluster-ready" and not done
+                           for _, idx, _, typ, done in replica.step_lines(since=t0)) or None
+            wait_for(waiting, timeout=120, interval=0.05, what="wait-cluster-ready started")
+            assert not [1 for _, idx, _, _, done in replica.step_lines(since=t0)
+                        if idx == 2 and done], "the wait ended before the API server stopped"
+            restarted_at = time.time()
+            down, to_ready = restart_apiserver(state_dir, down_for_s=8)
+            print(f"kube-apiserver down {down:.1f} s, ready {to_ready:.1f} s after restart")
+            assert replica.alive(), replica.log.read_text()[-3000:]
+
+            def converged() -> Record | None:
+                rec = load_record(env.kubeconfig, ns)
+                if rec is None or rec.state is not RunState.SUCCEEDED or rec.revision != sha:
+                    return None
+                return rec
+            rec = wait_for(converged, timeout=300, interval=1, what="converged after restart")
+            cluster = rec.plan.steps[0].target
+            assert selected(env, ns, f"{SVC}-serve-svc") == cluster
+            assert selected(env, ns, f"{SVC}-head-svc") == cluster
+            assert [s.type for s in rec.steps][:4] == UPGRADE_STEPS[:4]
+            assert all(s.status.value == "ok" for s in rec.steps)
+            wait_done = next(s for s in rec.steps if s.type == "wait-cluster-ready")
+            print(f"wait-cluster-ready {wait_done.started_at} -> {wait_done.finished_at}: "
+                  f"{wait_done.message}")
+            assert list(watch.uids_named().values()) == [cluster], watch.seen  # one cluster
+            assert live_clusters(env, ns) == [cluster]
+            services = [s.metadata.name for s in env.core.list_namespaced_service(ns).items]
+            for name in (f"{SVC}-head-svc", f"{SVC}-serve-svc"):
+                assert services.count(name) == 1, services
+            text = replica.log.read_text()
+            # it saw the outage (not a no-op test) and survived it
+            assert "Kubernetes API" in text or "retrying" in text or "Lease" in text, text[-3000:]
+            problems = [line.msg for line in replica.lines()
+                        if line.time >= restarted_at and line.level in {"error", "warning"}]
+            print("daemon during the outage:\n  " + "\n  ".join(problems[:12]))
+            assert problems, "the daemon logged nothing about the outage"
+    finally:
+        replica.terminate()
+        drop_namespace(env, ns)
