@@ -654,5 +654,6 @@ def machine() -> dict[str, Any]:
             "kernel": platform.release(), "python": platform.python_version(),
             "git": git(REPO, "--version"), "gitray_commit": git(REPO, "rev-parse", "--short",
                                                                  "HEAD"),
+            "gitray_dirty_files": git(REPO, "status", "--porcelain", "--", "gitray").splitlines(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "loadavg_at_start": [round(x, 1) for x in os.getloadavg()]}

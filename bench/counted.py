@@ -48,12 +48,16 @@ def classify(method: str, url: str) -> str:
     return f"{verb} {resource}"
 
 
+_dump_lock = threading.Lock()
+
+
 def _dump(path: Path) -> None:
-    with _lock:
-        data = json.dumps(dict(sorted(_counts.items())))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
+    with _dump_lock:  # the periodic thread and the exit path both write
+        with _lock:
+            data = json.dumps(dict(sorted(_counts.items())))
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(data)
+        os.replace(tmp, path)
 
 
 def install(path: Path) -> None:

@@ -5,15 +5,17 @@ followed by one ``gitray sync --interval 1s`` process (own instance, namespace a
 After the first rollout has converged, each run pushes a commit and polls every 0.2 s:
 
 - the namespace's RayClusters (a new one appearing: ``created``);
-- the new head pod's IP, then the Ray dashboard on it: the first answer of
-  ``/api/serve/applications/`` is ``ready`` (Ray up);
+- the new head pod, and the environment's Ray pod runner reporting Ray + Serve started for
+  that pod (``<state>/ray-heads/*.json``, matched by pod uid): ``ready`` (kwok reuses pod IPs
+  at once, so the dashboard answering on the new IP is not proof: it can be a deleted pod's
+  head for a few seconds);
 - the Serve application's ``last_deployed_time_s`` (Ray's own clock: ``deployed``) and the first
   poll seeing it ``RUNNING`` for that deployment (``running``);
 - the daemon's ``gitray_last_synced_revision_info`` naming the pushed commit (``converged``).
 
-Cluster change (blue-green): overhead = (converged - push) - (ready - created)
-- (running - deployed), i.e. push->create + ready->deploy + running->converged.
-Serve-only change: overhead = (converged - push) - (running - deployed).
+gitray's overhead (see ``derive``): cluster change = push->created + ready->deployed (0 when
+gitray deployed before the runner reported the head ready) + running->converged; Serve-only
+change = push->deployed + running->converged. Ray's time is the rest of push->converged.
 All times are wall-clock seconds on this machine; polling adds up to 0.2 s per edge.
 """
 
@@ -60,14 +62,35 @@ def _clusters(env: Env) -> dict[str, dict[str, Any]]:
             if not i["metadata"].get("deletionTimestamp")}
 
 
-def _head_ip(env: Env, cluster: str) -> str:
+def _head(env: Env, cluster: str) -> tuple[str, str]:
+    """(pod IP, pod uid) of the cluster's head pod, once it has an IP."""
     pods, _ = env.kube().list("v1", "Pod", namespace=NS,
                               label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head")
     for p in pods:
         ip = (p.get("status") or {}).get("podIP") or (p.get("status") or {}).get("pod_ip")
         if ip:
-            return str(ip)
-    return ""
+            return str(ip), str(p["metadata"]["uid"])
+    return "", ""
+
+
+def _head_ip(env: Env, cluster: str) -> str:
+    return _head(env, cluster)[0]
+
+
+def _runner_ready(env: Env, uid: str) -> bool:
+    """The environment's Ray pod runner reports Ray + Serve up for this very pod.
+
+    kwok reuses pod IPs at once, so for a moment the new pod's IP can still reach the Ray head
+    of a deleted pod: the dashboard answering is not enough to know the new head is up.
+    """
+    for record in (env.state_dir / "ray-heads").glob("*.json"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("uid") == uid and data.get("ready"):
+            return True
+    return False
 
 
 def _apps(ip: str) -> dict[str, Any] | None:
@@ -90,7 +113,7 @@ def _follow(env: Env, sync: Any, sha: str, old: set[str], active_ip: str,
     """Poll until ``sha`` converged; timestamps of the edges described above."""
     t: dict[str, float | None] = {"created": None, "ready": None, "deployed": None,
                                   "running": None, "converged": None}
-    cluster, ip = "", active_ip
+    cluster, ip, uid = "", active_ip, ""
     limit = time.monotonic() + timeout
     while time.monotonic() < limit:
         now = time.time()
@@ -99,12 +122,12 @@ def _follow(env: Env, sync: Any, sha: str, old: set[str], active_ip: str,
             if new:
                 cluster = sorted(new)[0]
                 t["created"] = now
-        if cluster and not ip:
-            ip = _head_ip(env, cluster)
-        if ip and (t["running"] is None):
+        if cluster and not uid:
+            ip, uid = _head(env, cluster)
+        if uid and t["ready"] is None and _runner_ready(env, uid):
+            t["ready"] = now
+        if ip and (active_ip or t["ready"]) and t["running"] is None:
             apps = _apps(ip)
-            if apps is not None and t["ready"] is None:
-                t["ready"] = now
             app = (apps or {}).get("hello") or {}
             deployed = float(app.get("last_deployed_time_s") or 0)
             if deployed > since_deploy:
@@ -130,7 +153,7 @@ def _one(env: Env, remote: Remote, sync: Any, files: dict[str, str], serve_only:
     from bench.common import git
 
     git(remote.work, "push", "-q", "origin", "main")
-    t = _follow(env, sync, sha, set(clusters), active_ip, since)
+    t = _follow(env, sync, sha, set(clusters), active_ip, since if serve_only else t_push)
     out: dict[str, Any] = {"kind": "serve-only" if serve_only else "cluster change",
                            "sha": sha[:7]}
     for k, v in t.items():
@@ -138,28 +161,42 @@ def _one(env: Env, remote: Remote, sync: Any, files: dict[str, str], serve_only:
     if not t["converged"]:
         out["error"] = "did not converge"
         return out
-    total = t["converged"] - t_push
-    serve = (t["running"] - t["deployed"]) if t["running"] and t["deployed"] else None
-    out["total_s"] = round(total, 2)
-    out["serve_s"] = round(serve, 2) if serve is not None else None
-    if serve_only:
-        out["ray_s"] = out["serve_s"]
-        if t["deployed"] and t["running"]:
-            out["push_to_deploy_s"] = round(t["deployed"] - t_push, 2)
-            out["running_to_converged_s"] = round(t["converged"] - t["running"], 2)
-    else:
-        ready = (t["ready"] - t["created"]) if t["ready"] and t["created"] else None
-        out["cluster_ready_s"] = round(ready, 2) if ready is not None else None
-        out["ray_s"] = round(ready + serve, 2) if ready is not None and serve is not None \
-            else None
-        if t["created"] and t["ready"] and t["deployed"] and t["running"]:
-            out["push_to_create_s"] = round(t["created"] - t_push, 2)
-            out["ready_to_deploy_s"] = round(t["deployed"] - t["ready"], 2)
-            out["running_to_converged_s"] = round(t["converged"] - t["running"], 2)
-    out["overhead_s"] = round(total - out["ray_s"], 2) if out.get("ray_s") is not None \
-        else None
+    derive(out)
     say(f"  {out['kind']}: total {out['total_s']}s, Ray {out.get('ray_s')}s, "
-        f"gitray overhead {out['overhead_s']}s")
+        f"gitray overhead {out.get('overhead_s')}s")
+    return out
+
+
+def derive(out: dict[str, Any]) -> dict[str, Any]:
+    """Split push -> converged (all relative to the push) into Ray's time and gitray's.
+
+    gitray's own time is push -> cluster created, Ray ready -> Serve deploy (0 when gitray's
+    deploy was accepted before the runner even reported the head ready: the Serve REST API
+    accepting the deploy is then the readiness signal), and Serve RUNNING -> converged
+    (Service switches, deletion schedule, bookkeeping). For a Serve-only change: push ->
+    deploy and RUNNING -> converged. Ray's time is the rest.
+    """
+    g = {k: out.get(f"{k}_s") for k in ("created", "ready", "deployed", "running", "converged")}
+    total = g["converged"]
+    out["total_s"] = total
+    if g["deployed"] is not None and g["running"] is not None:
+        out["serve_s"] = round(g["running"] - g["deployed"], 2)
+        out["running_to_converged_s"] = round(total - g["running"], 2)
+    if out["kind"] == "serve-only":
+        if g["deployed"] is None or g["running"] is None:
+            return out
+        out["push_to_deploy_s"] = g["deployed"]
+        overhead = g["deployed"] + out["running_to_converged_s"]
+    else:
+        if None in g.values():
+            return out
+        ready = min(g["ready"], g["deployed"])
+        out["cluster_ready_s"] = round(ready - g["created"], 2)
+        out["push_to_create_s"] = g["created"]
+        out["ready_to_deploy_s"] = round(g["deployed"] - ready, 2)
+        overhead = g["created"] + out["ready_to_deploy_s"] + out["running_to_converged_s"]
+    out["overhead_s"] = round(overhead, 2)
+    out["ray_s"] = round(total - overhead, 2)
     return out
 
 
@@ -191,7 +228,11 @@ def run(env: Env, runs: int) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             env.kubectl("delete", "namespace", NS, "--wait=true", "--timeout=180s",
                         timeout=240)
-    result: dict[str, Any] = {"first_rollout_s": first, "samples": samples}
+    return summarize_samples({"first_rollout_s": first, "samples": samples})
+
+
+def summarize_samples(result: dict[str, Any]) -> dict[str, Any]:
+    samples = [derive(s) for s in result["samples"]]
     for kind in ("cluster change", "serve-only"):
         mine = [s for s in samples if s["kind"] == kind]
         result[kind] = {k: stats(s[k] for s in mine if s.get(k) is not None)
