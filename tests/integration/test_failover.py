@@ -10,7 +10,7 @@
   other replica takes over and converges; after SIGCONT the old one writes nothing (object
   histories: gitray's managedFields entries, run-record and Lease versions, the git-notes ref),
   says it lost the Lease and reports gitray_leader 0.
-- API server restart in the middle of wait-cluster-ready, in an environment of this module's
+- API server restart in the middle of wait-serve-running, in an environment of this module's
   own: gitray retries, resumes and converges with no duplicate objects.
 
 Take-over times are printed (run with -s to see them) — never asserted.
@@ -422,17 +422,18 @@ def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Pat
                           "svc.yaml": rs(ns, "rayproject/ray:2.60.0")})
     work.git("push", "-q", "origin", "main")
     sha = work.git("rev-parse", "HEAD")
+    t0 = time.time()  # before the replica starts: it may reach the wait at once
     replica = start_replica(env.kubeconfig, ns, bare, tmp_path, "solo")
     try:
         with ClusterWatch(env, ns) as watch:
-            t0 = time.time()
-
+            # wait-serve-running lasts seconds (Serve deploys the app); wait-cluster-ready is
+            # over in milliseconds here (kwok marks the head pod ready at once)
             def waiting() -> bool | None:
-                return any(idx == 2 and typ == "wait-cluster-ready" and not done
+                return any(idx == 4 and typ == "wait-serve-running" and not done
                            for _, idx, _, typ, done in replica.step_lines(since=t0)) or None
-            wait_for(waiting, timeout=120, interval=0.05, what="wait-cluster-ready started")
+            wait_for(waiting, timeout=300, interval=0.05, what="wait-serve-running started")
             assert not [1 for _, idx, _, _, done in replica.step_lines(since=t0)
-                        if idx == 2 and done], "the wait ended before the API server stopped"
+                        if idx == 4 and done], "the wait ended before the API server stopped"
             restarted_at = time.time()
             down, to_ready = restart_apiserver(state_dir, down_for_s=8)
             print(f"kube-apiserver down {down:.1f} s, ready {to_ready:.1f} s after restart")
@@ -449,8 +450,8 @@ def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Pat
             assert selected(env, ns, f"{SVC}-head-svc") == cluster
             assert [s.type for s in rec.steps][:4] == UPGRADE_STEPS[:4]
             assert all(s.status.value == "ok" for s in rec.steps)
-            wait_done = next(s for s in rec.steps if s.type == "wait-cluster-ready")
-            print(f"wait-cluster-ready {wait_done.started_at} -> {wait_done.finished_at}: "
+            wait_done = next(s for s in rec.steps if s.type == "wait-serve-running")
+            print(f"wait-serve-running {wait_done.started_at} -> {wait_done.finished_at}: "
                   f"{wait_done.message}")
             assert list(watch.uids_named().values()) == [cluster], watch.seen  # one cluster
             assert live_clusters(env, ns) == [cluster]
