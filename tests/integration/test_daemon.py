@@ -67,9 +67,10 @@ class SyncProcess:
 
     def metric(self, name: str, labels: str = "") -> float:
         _, text = self.get("/metrics")
-        pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") \
-            + r" ([0-9.e+-]+)"
-        match = re.search(pattern, text)
+        # Anchored to a sample line: "# HELP <name> ..." must never match.
+        pattern = "^" + re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") \
+            + r" ([0-9.e+-]+)$"
+        match = re.search(pattern, text, re.MULTILINE)
         return float(match.group(1)) if match else 0.0
 
     def logs(self) -> str:
