@@ -18,6 +18,7 @@ record "running" for the next leader, and releases the Lease at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -69,6 +70,8 @@ from gitray.sync.statuses import (
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
 
 log = logging.getLogger("gitray.sync")
+
+STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
 
 # (sha, workload or None for the overall context, state, description) -> None
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
@@ -172,7 +175,15 @@ class Daemon:
         signal.signal(signal.SIGINT, stop)
         self.start()
         done.wait()
-        self.stop()
+        # Hand over within a bound: run records are durable and the next leader resumes, so
+        # a shutdown stuck behind a slow request must not outlive the Pod's grace period.
+        stopper = threading.Thread(target=self.stop, name="gitray-stop", daemon=True)
+        stopper.start()
+        stopper.join(STOP_GRACE_S)
+        if stopper.is_alive():
+            log.error("shutdown took longer than %.0f s; exiting anyway", STOP_GRACE_S)
+            logging.shutdown()
+            os._exit(1)
         return 0
 
     def stop(self) -> None:

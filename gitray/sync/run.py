@@ -5,6 +5,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,9 +83,14 @@ def _scope(desired: Desired) -> list[str]:
 
 
 def read_live(kube: Kube, desired: Desired) -> LiveState:
+    """What gitray manages in this repository's allowed namespaces. Objects elsewhere are
+    never touched, so they neither change a plan nor make a saved plan stale."""
     apis = {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
-    return read_live_state(kube, desired.config, namespaces=_scope(desired),
+    live = read_live_state(kube, desired.config, namespaces=_scope(desired),
                            desired_api_versions=apis)
+    allowed = desired.config.allowed_namespaces
+    return LiveState(tuple(o for o in live.objects
+                           if any(fnmatch.fnmatchcase(o.namespace, g) for g in allowed)))
 
 
 def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None

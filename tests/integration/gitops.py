@@ -63,9 +63,12 @@ CALC = ("calc", "/calc", "serve_apps.calc:app")
 HELLO = ("hello", "/hello", "hello:app")
 
 
-def gitray_config(deletion_delay: str = "10s", **extra: Any) -> str:
+def gitray_config(deletion_delay: str = "10s", namespace: str | None = None,
+                  **extra: Any) -> str:
+    """gitray.yaml for a test; with ``namespace`` it only sees that namespace, so objects
+    left in other tests' (terminating) namespaces never enter its plans."""
     doc: dict[str, Any] = {"apiVersion": "gitray.io/v1alpha1", "kind": "Config",
-                           "allowedNamespaces": ["*"],
+                           "allowedNamespaces": [namespace] if namespace else ["*"],
                            "rayService": {"deletionDelay": deletion_delay,
                                           "clusterReadyTimeout": "3m",
                                           "serveReadyTimeout": "3m"}}

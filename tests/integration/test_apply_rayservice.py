@@ -91,7 +91,7 @@ def apply(gitray: Gitray, repo: GitOpsRepo, *extra: str) -> str:
 
 
 def rollout(repo: GitOpsRepo, gitray: Gitray, ns: str, delay: str = "10s", **spec: Any) -> str:
-    repo.commit("first rollout", {"gitray.yaml": gitray_config(delay),
+    repo.commit("first rollout", {"gitray.yaml": gitray_config(delay, ns),
                                   "services/serve-demo.yaml": dump(example_rayservice(ns, **spec))})
     return apply(gitray, repo)
 
@@ -260,7 +260,7 @@ def test_a_revert_mid_upgrade_cancels_it_without_a_third_cluster(
 def test_two_applies_at_once_only_one_executes(env: tuple[GitOpsRepo, Gitray, Cluster],
                                                namespace: str) -> None:
     repo, gitray, cluster = env
-    repo.commit("first", {"gitray.yaml": gitray_config(),
+    repo.commit("first", {"gitray.yaml": gitray_config(namespace=namespace),
                           "services/serve-demo.yaml": dump(example_rayservice(
                               namespace, serve=serve_config(GREETER)))})
     args = ("apply", "--repo", str(repo.path), "--yes", "--lease-timeout", "5")

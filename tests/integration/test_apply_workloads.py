@@ -47,7 +47,7 @@ def test_a_saved_plan_applies_exactly_or_is_refused_as_stale(
         testenv: TestEnv, namespace: str, tools: tuple[GitOpsRepo, Gitray],
         tmp_path: Path) -> None:
     repo, gitray = tools
-    files = {"gitray.yaml": gitray_config()}
+    files = {"gitray.yaml": gitray_config(namespace=namespace)}
     repo.commit("v1", {**files, "cfg.yaml": dump(configmap(namespace, "cfg", "v1"))})
     p1 = tmp_path / "p1.json"
     r = gitray.run("plan", "--repo", str(repo.path), "--out", str(p1))
@@ -91,7 +91,7 @@ def test_a_corrupt_plan_file_is_a_clear_error(tools: tuple[GitOpsRepo, Gitray],
 def test_pruning_and_an_empty_revision(testenv: TestEnv, namespace: str,
                                        tools: tuple[GitOpsRepo, Gitray]) -> None:
     repo, gitray = tools
-    repo.commit("two", {"gitray.yaml": gitray_config(),
+    repo.commit("two", {"gitray.yaml": gitray_config(namespace=namespace),
                         "a.yaml": dump(configmap(namespace, "a", "1")),
                         "b.yaml": dump(configmap(namespace, "b", "1"))})
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
@@ -118,7 +118,8 @@ def test_raycluster_create_autoscaler_replicas_update_and_prune(
     repo, gitray = tools
     doc = YAML(typ="safe", pure=True).load(EXAMPLE_CLUSTER.read_text())
     doc["metadata"]["namespace"] = namespace
-    repo.commit("cluster", {"gitray.yaml": gitray_config(), "cluster.yaml": dump(doc)})
+    repo.commit("cluster", {"gitray.yaml": gitray_config(namespace=namespace),
+                            "cluster.yaml": dump(doc)})
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert r.returncode == 0, output(r)
     name = doc["metadata"]["name"]
@@ -168,7 +169,7 @@ def test_a_rayjob_spec_runs_once(testenv: TestEnv, namespace: str,
                     "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {
                         "spec": {"containers": [{"name": "ray-head",
                                                  "image": "rayproject/ray:2.60.0"}]}}}}}}
-    repo.commit("job", {"gitray.yaml": gitray_config(rayJob={"timeout": "5s"}),
+    repo.commit("job", {"gitray.yaml": gitray_config(namespace=namespace, rayJob={"timeout": "5s"}),
                         "job.yaml": dump(job)})
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert r.returncode == 1 and "not finished after 5 s" in r.stderr, output(r)

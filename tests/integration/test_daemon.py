@@ -146,7 +146,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
         sync_proc: SyncProcess) -> None:
     bare, work = remote
     first = push(work, "first", {"gitray.yaml": gitray_config(
-        "4s", status={"provider": "git-notes"}), "svc.yaml": rs(namespace)})
+        "4s", namespace, status={"provider": "git-notes"}), "svc.yaml": rs(namespace)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
                                       f'revision="{first}"') == 1 or None, timeout=240)
     (blue,) = clusters(testenv, namespace)
@@ -235,7 +235,8 @@ def test_a_signed_webhook_triggers_a_poll_and_a_bad_one_is_rejected(
         testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
         tmp_path: Path) -> None:
     bare, work = remote
-    push(work, "first", {"gitray.yaml": gitray_config(), "cm.yaml": dump({
+    push(work, "first", {"gitray.yaml": gitray_config(namespace=namespace),
+                         "cm.yaml": dump({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "hooked", "namespace": namespace}, "data": {"v": "1"}})})
     sync = start_sync(testenv, namespace, bare, tmp_path, interval="10m")
