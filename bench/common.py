@@ -255,32 +255,33 @@ class Measured:
 
 def run_measured(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 1800,
                  cwd: Path = REPO) -> Measured:
-    """Run a child, and read its own rusage (wait4): wall time, CPU time, peak RSS."""
+    """Run a child under /usr/bin/time: wall time, CPU time, peak RSS of the child itself.
+
+    Not wait4() from this process: a child forked from a big parent starts with the parent's
+    RSS high-water mark, and Linux carries it over exec into ru_maxrss. /usr/bin/time is small,
+    so the peak it reports is the command's own.
+    """
     out_dir = OUT / "proc"
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
-    out, err = out_dir / f"{tag}.out", out_dir / f"{tag}.err"
+    out, err, usage = out_dir / f"{tag}.out", out_dir / f"{tag}.err", out_dir / f"{tag}.time"
     load = os.getloadavg()[0]
     with out.open("w") as o, err.open("w") as e:
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env,
-                                cwd=cwd)
-        deadline = t0 + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.01)
+        proc = subprocess.Popen(["/usr/bin/time", "-o", str(usage), "-f", "%M %U %S", *argv],
+                                stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         wall = time.monotonic() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    result = Measured(argv, proc.returncode, wall, usage.ru_utime, usage.ru_stime,
-                      usage.ru_maxrss / 1024, out.read_text(), err.read_text(), load)
-    out.unlink()
-    err.unlink()
+    fields = usage.read_text().split()[-3:] if usage.exists() else ["0", "0", "0"]
+    rss_kb, user, system = int(fields[0]), float(fields[1]), float(fields[2])
+    result = Measured(argv, proc.returncode, wall, user, system, rss_kb / 1024,
+                      out.read_text(), err.read_text(), load)
+    for f in (out, err, usage):
+        f.unlink(missing_ok=True)
     return result
 
 

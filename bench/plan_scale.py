@@ -152,20 +152,25 @@ def _reqs(d: dict[str, int]) -> str:
 
 
 def table(res: dict[str, Any]) -> str:
-    rows = ["| N RayServices + N RayClusters | objects live | changed workloads | gitray plan"
-            " wall (median) | gitray peak RSS | gitray requests (client) | API server requests"
-            " during gitray plan (Ray kinds, Services, ConfigMaps) | kubectl diff wall |"
-            " kubectl peak RSS | kubectl requests at API server | speed-up |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| N RayServices + N RayClusters | objects live | changed workloads "
+            "| gitray plan wall (each run) | gitray CPU | gitray peak RSS "
+            "| gitray's requests (its client) | API server: requests for these kinds during the "
+            "plan (all clients) | kubectl diff wall | kubectl CPU | kubectl peak RSS "
+            "| kubectl's requests at the API server | kubectl wall / gitray wall |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, e in sorted(res["sizes"].items(), key=lambda kv: int(kv[0])):
         k = e.get("kubectl")
+        runs = ", ".join(f"{w:.1f}" for w in e["gitray_runs_wall_s"])
+        cpu = e.get("gitray_median_cpu_s", e["gitray"]["cpu_s"])
         kwall = f"{k['wall_s']:.1f} s" if k else "not run"
+        kcpu = f"{k['cpu_s']:.1f} s" if k else "-"
         krss = f"{k['max_rss_mb']:.0f} MB" if k else "-"
         kreq = _reqs(k["apiserver"]) if k else "-"
         ratio = f"{e['ratio']}x" if k else "-"
         rows.append(
             f"| {n} + {n} | {e['objects']} | {e['changed_workloads']} "
-            f"| {e['gitray_median_wall_s']:.2f} s (runs {e['gitray_runs_wall_s']}) "
+            f"| {e['gitray_median_wall_s']:.1f} s ({runs}) | {cpu:.1f} s "
             f"| {e['gitray_max_rss_mb']:.0f} MB | {_reqs(e['gitray']['client'])} "
-            f"| {_reqs(e['gitray']['apiserver'])} | {kwall} | {krss} | {kreq} | {ratio} |")
+            f"| {_reqs(e['gitray']['apiserver'])} | {kwall} | {kcpu} | {krss} | {kreq} "
+            f"| {ratio} |")
     return "\n".join(rows)
