@@ -174,7 +174,11 @@ class Daemon:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         self.start()
-        done.wait()
+        # Wake up regularly: a signal may be delivered to any thread, and CPython runs the
+        # Python handler only when the main thread returns to the interpreter. An untimed
+        # wait here could leave SIGTERM unhandled for good.
+        while not done.wait(0.5):
+            pass
         # Hand over within a bound: run records are durable and the next leader resumes, so
         # a shutdown stuck behind a slow request must not outlive the Pod's grace period.
         stopper = threading.Thread(target=self.stop, name="gitray-stop", daemon=True)
