@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -207,11 +208,21 @@ class LiveState:
 
     objects: tuple[LiveObject, ...] = ()
 
+    @cached_property
+    def _by_owner(self) -> dict[ObjectKey, tuple[LiveObject, ...]]:
+        # Built once: planning looks up every workload's objects (O(N), not O(N^2)).
+        index: dict[ObjectKey, list[LiveObject]] = {}
+        for obj in self.objects:
+            owner = obj.owner
+            if owner is not None:
+                index.setdefault(owner, []).append(obj)
+        return {k: tuple(v) for k, v in index.items()}
+
     def owned_by(self, key: ObjectKey) -> tuple[LiveObject, ...]:
-        return tuple(o for o in self.objects if o.owner == key)
+        return self._by_owner.get(key, ())
 
     def owners(self) -> frozenset[ObjectKey]:
-        return frozenset(o.owner for o in self.objects if o.owner is not None)
+        return frozenset(self._by_owner)
 
 
 def stable_hash(value: JSON, length: int = 64) -> str:
