@@ -18,6 +18,7 @@ record "running" for the next leader, and releases the Lease at once.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -37,9 +38,10 @@ from gitray.errors import (
     TransientError,
     ValidationError,
 )
-from gitray.model import ObjectKey
+from gitray.model import ANN_DELETE_AFTER, LiveState, ObjectKey
 from gitray.plans.load import Snapshot
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.rayservice import parse_deadline
 from gitray.sync.actions import Actions
 from gitray.sync.dashboard import DashboardMode, Resolver
 from gitray.sync.events import EventRecorder
@@ -114,6 +116,7 @@ class _State:
     retry_at: float = 0.0  # monotonic time of a due retry (0: none)
     failures: int = 0  # consecutive failed passes (backoff)
     polls: int = 0
+    next_deletion: float = 0.0  # wall time of the earliest deletion deadline (inf: none)
     git_problem: str = ""
     api_problem: str = ""
     ready: bool = False
@@ -278,6 +281,8 @@ class Daemon:
     def _deletion_job(self) -> None:
         if self._stopping.is_set() or not self.lease.is_leader or not self.state.synced:
             return
+        if time.time() < self.state.next_deletion:
+            return  # no old cluster is due yet: no need to read the cluster
         cache = self.settings.cache_dir
         if cache is None:
             from gitray.sync.source import default_cache_dir
@@ -352,7 +357,8 @@ class Daemon:
             first = str(e.diagnostics[0]) if e.diagnostics else ""
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
-        plan, _ = live_plan(self.kube, desired)
+        plan, live = live_plan(self.kube, desired)
+        self.state.next_deletion = _earliest_deadline(live)
         progress = ProgressStore(self.kube, self.settings.lease_namespace,
                                  desired.config.instance, self.lease)
         records = progress.list()
@@ -379,6 +385,13 @@ class Daemon:
                             self.lease, desired.config, progress,
                             self._reporter(sha))
         outcomes = executor.run_plan(plan, resume=resume)
+        self.state.next_deletion = 0.0  # steps may have scheduled or done deletions: re-read
+        self._report(sha, outcomes, desired, plan)
+        return outcomes
+
+    def _report(self, sha: str, outcomes: list[WorkloadOutcome], desired: Desired,
+                plan: Plan) -> None:
+        """Statuses and metrics for the outcomes of one pass."""
         failed = [o for o in outcomes if o.outcome is not Outcome.SUCCEEDED]
         for o in outcomes:
             if o.outcome is Outcome.SUCCEEDED:
@@ -395,7 +408,6 @@ class Daemon:
             self.state.retry_at = 0.0
         else:
             self._converged(sha, desired, plan)
-        return outcomes
 
     def _converged(self, sha: str, desired: Desired, plan: Plan) -> None:
         with self._state_lock:
@@ -500,6 +512,14 @@ class StatusBridge:
             if delta > 0:
                 self.metrics.status_posts.labels(result).inc(delta)
         self._seen = now
+
+
+def _earliest_deadline(live: LiveState) -> float:
+    """Wall time of the earliest persisted deletion deadline, inf when there is none."""
+    deadlines = [parse_deadline(o.annotations.get(ANN_DELETE_AFTER, ""))
+                 for o in live.objects if ANN_DELETE_AFTER in o.annotations]
+    times = [d.timestamp() if d is not None else 0.0 for d in deadlines]
+    return min(times, default=math.inf)
 
 
 def _only_deletions(plan: Plan) -> Plan:
