@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import textwrap
 import tracemalloc
@@ -31,7 +32,8 @@ from gitray.plans.yamlsafe import MAX_NODES
 def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every case runs with libyaml (ruamel.yaml.clib) and with the pure-Python parser."""
     if request.param == "c":
-        pytest.importorskip("ruamel.yaml.clib._ruamel_yaml")
+        # A declared dependency (pyproject.toml): missing means a broken install -> fail.
+        importlib.import_module("ruamel.yaml.clib._ruamel_yaml")
     monkeypatch.setattr(yamlsafe, "PARSER", request.param)
     return str(request.param)
 
