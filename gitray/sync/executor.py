@@ -26,6 +26,7 @@ from gitray.config import Config
 from gitray.errors import LeaseLostError, TerminalError, TransientError
 from gitray.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.sync import failpoints
 from gitray.sync.actions import Actions
 from gitray.sync.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
 
@@ -148,8 +149,10 @@ class Executor:
                 return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
                                        tuple(messages))
             messages.append(message)
+            failpoints.hit(failpoints.Point.STEP_DONE, index + 1)
             self._emit(StepEvent(wp.key, index + 1, total, step, "done", message))
             record = self._record(record, step, StepStatus.OK, message, started)
+            failpoints.hit(failpoints.Point.STEP_RECORDED, index + 1)
         if record is not None and self.progress is not None:
             self.progress.finish(record, RunState.SUCCEEDED)
         return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", total, total, tuple(messages))

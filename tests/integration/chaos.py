@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gitray.sync.failpoints import ENV_VAR
 from tests.integration.gitops import REPO_ROOT, dump
 from tests.testenv import control, procs
 from tests.testenv.helpers import TestEnv, wait_for
@@ -131,6 +132,14 @@ class Replica:
         if self.alive():
             os.kill(self.pid, sig)
 
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP, e.g. by a failpoint)."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
     def kill(self) -> float:
         """SIGKILL; returns the wall time of the kill."""
         when = time.time()
@@ -151,7 +160,9 @@ class Replica:
 
 
 def start_replica(kubeconfig: str, lease_namespace: str, remote: Path, workdir: Path,
-                  name: str, interval: str = "1s", extra: tuple[str, ...] = ()) -> Replica:
+                  name: str, interval: str = "1s", extra: tuple[str, ...] = (),
+                  failpoints: Path | None = None) -> Replica:
+    """``failpoints``: the file gitray.sync.failpoints reads (the test writes it)."""
     port = free_port()
     log = workdir / f"sync-{name}.log"
     argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{remote}",
@@ -163,7 +174,8 @@ def start_replica(kubeconfig: str, lease_namespace: str, remote: Path, workdir: 
             "--log-format", "json", *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
                             cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
+                                 **({ENV_VAR: str(failpoints)} if failpoints else {})})
     replica = Replica(proc, port, log, name)
 
     def healthy() -> bool | None:

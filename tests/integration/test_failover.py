@@ -1,11 +1,13 @@
 """Faults against real `gitray sync` processes (issue 6, items 1-3).
 
 - Leader failover at every step boundary of a blue-green upgrade: two replicas share a Lease;
-  the leader is SIGKILLed right after step k of 7 is logged as done; the other replica takes
-  over, resumes the run record and converges. Across every run: one pending cluster per
-  upgrade (every RayCluster ever ADDED is recorded by a watch), traffic never selects a cluster
-  whose Serve apps are not all RUNNING (a background sampler reads the serve Service's selector
-  and that cluster's real Serve status), and no step recorded as done is lost.
+  the leader stops itself at the boundary (a failpoint, gitray.sync.failpoints: right after
+  step k of 7 is recorded, or after its effect but before it is recorded) and is SIGKILLed
+  there; the other replica takes over, resumes the run record and converges. Across every
+  run: one pending cluster per upgrade (every RayCluster ever ADDED is recorded by a watch),
+  traffic never selects a cluster whose Serve apps are not all RUNNING (a background sampler
+  reads the serve Service's selector and that cluster's real Serve status), and no step
+  recorded as done is lost.
 - Fencing: the leader is SIGSTOPped inside wait-serve-running for longer than the Lease; the
   other replica takes over and converges; after SIGCONT the old one writes nothing (object
   histories: gitray's managedFields entries, run-record and Lease versions, the git-notes ref),
@@ -33,6 +35,7 @@ from typing import Any
 import pytest
 
 from gitray.model import ObjectKey
+from gitray.sync.failpoints import Point
 from gitray.sync.kube import Kube, KubeSettings
 from gitray.sync.progress import ProgressStore, Record, RunState
 from tests.integration.chaos import (
@@ -60,9 +63,15 @@ from tests.testenv.helpers import TestEnv, wait_for
 SVC = "serve-demo"
 UPGRADE_STEPS = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",
                  "switch-service", "switch-service", "schedule-cluster-deletion"]
-BOUNDARIES = [(1, "create-cluster"), (2, "wait-cluster-ready"), (3, "deploy-serve"),
-              (4, "wait-serve-running"), (5, "switch-service-head"),
-              (6, "switch-service-serve")]
+# (k, step k, where): kill once step k is recorded, or once its effect happened but before
+# it is recorded (the new leader must then redo step k idempotently)
+BOUNDARIES = [(1, "create-cluster", Point.STEP_DONE), (1, "create-cluster", Point.STEP_RECORDED),
+              (2, "wait-cluster-ready", Point.STEP_RECORDED),
+              (3, "deploy-serve", Point.STEP_RECORDED),
+              (4, "wait-serve-running", Point.STEP_RECORDED),
+              (5, "switch-service-head", Point.STEP_DONE),
+              (5, "switch-service-head", Point.STEP_RECORDED),
+              (6, "switch-service-serve", Point.STEP_RECORDED)]
 TAKEOVERS: list[float] = []
 
 
@@ -129,9 +138,13 @@ class Fleet:
     replicas: list[Replica] = field(default_factory=list)
     version: int = 0
 
+    @property
+    def failpoints(self) -> Path:
+        return self.tmp / "failpoints"
+
     def start(self) -> Replica:
         r = start_replica(self.env.kubeconfig, self.ns, self.bare, self.tmp,
-                          f"r{len(self.replicas)}")
+                          f"r{len(self.replicas)}", failpoints=self.failpoints)
         self.replicas.append(r)
         return r
 
@@ -239,30 +252,35 @@ def check_record_order(rec: Record) -> None:
             assert s.started_at >= running.finished_at, (s, running)
 
 
-@pytest.mark.parametrize(("k", "after"), BOUNDARIES, ids=[f"after-{k}-{a}"
-                                                          for k, a in BOUNDARIES])
-def test_leader_failover_at_every_step(fleet: Fleet, k: int, after: str) -> None:
+@pytest.mark.parametrize(("k", "after", "point"), BOUNDARIES,
+                         ids=[f"{p.value}-{k}-{a}" for k, a, p in BOUNDARIES])
+def test_leader_failover_at_every_step(fleet: Fleet, k: int, after: str, point: Point) -> None:
     f = fleet
     watch: ClusterWatch = f.watch  # type: ignore[attr-defined]
     leader, _ = f.leader()
     t_push = time.time()
-    sha = f.upgrade(f"upgrade, leader killed after step {k}")
+    f.failpoints.write_text(f"{point.value} {k}\n")
+    try:
+        sha = f.upgrade(f"upgrade, leader killed at {point.value} {k}")
 
-    def done_k() -> float | None:
-        for line, idx, total, _, _ in leader.step_lines(since=t_push, done_only=True):
-            if idx == k and total == 7:
-                return line.time
-        if not leader.alive():
-            raise AssertionError(f"leader exited on its own\n{f.logs()}")
-        f.not_failed(sha)
-        return None
-    wait_for(done_k, timeout=300, interval=0.05, what=f"leader's step {k}/7 done line")
-    killed_at = leader.kill()
+        def at_boundary() -> bool | None:
+            if leader.stopped():
+                return True
+            if not leader.alive():
+                raise AssertionError(f"leader exited on its own\n{f.logs()}")
+            f.not_failed(sha)
+            return None
+        wait_for(at_boundary, timeout=300, interval=0.05, what=f"leader stopped at {point} {k}")
+    finally:
+        f.failpoints.unlink(missing_ok=True)
     snapshot = f.record()
+    killed_at = leader.kill()
+    f.start()  # a fresh standby replaces the killed replica (before any assertion can fail)
     assert snapshot is not None and snapshot.revision == sha, snapshot
     done_before = {s.id: s for s in snapshot.steps if s.status.value == "ok"}
-    assert len(done_before) in {k - 1, k}, (k, snapshot.steps)  # the kill may beat the write
-    f.start()  # a fresh standby replaces the killed replica
+    expected_done = k if point is Point.STEP_RECORDED else k - 1
+    assert len(done_before) == expected_done, (k, point, snapshot.steps)
+    assert [s.type for s in snapshot.plan.steps] == UPGRADE_STEPS, snapshot.plan.steps
 
     def first_step_after_kill() -> tuple[Replica, float, int] | None:
         for r in f.replicas:
@@ -276,9 +294,10 @@ def test_leader_failover_at_every_step(fleet: Fleet, k: int, after: str) -> None
                                                interval=0.1, what="the new leader's first step")
     takeover = t_first - killed_at
     TAKEOVERS.append(takeover)
-    print(f"after step {k} ({after}): take-over {takeover:.1f} s by {new_leader.name}, "
+    print(f"{point.value} {k} ({after}): take-over {takeover:.1f} s by {new_leader.name}, "
           f"resumed at step {resumed_at}/7")
-    # it resumed the killed leader's run at its cursor instead of starting over
+    # it resumed the killed leader's run at its cursor instead of starting over (at step k
+    # again when k's effect happened unrecorded: the step is idempotent, checked below)
     assert resumed_at == len(done_before) + 1, (resumed_at, snapshot.steps)
 
     rec = f.converged(sha)
@@ -292,7 +311,8 @@ def test_leader_failover_at_every_step(fleet: Fleet, k: int, after: str) -> None
     assert [name for _, name in created] == [new], \
         f"expected exactly one pending cluster {new} for this upgrade, saw {created}"
     f.only_active_left(rec)
-    assert len(watch.uids_named(f"{SVC}-")) == k + 1  # first rollout + one per upgrade so far
+    # first rollout + one per upgrade so far
+    assert len(watch.uids_named(f"{SVC}-")) == f.version + 1
     check_traffic(f)
     print(f"take-over so far: {figures(TAKEOVERS)}")
 
