@@ -10,9 +10,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ruamel.yaml import YAML
-
 from gitray.model import JSON, stable_hash
+from gitray.plans.yamlsafe import parse_documents
 
 __all__ = [
     "NAME_HASH_LENGTH",
@@ -106,9 +105,15 @@ def job_run_name(job: str, job_spec: Mapping[str, JSON]) -> str:
 
 
 def parse_serve_config(text: str) -> dict[str, Any]:
-    """``serveConfigV2`` (YAML text, already validated by the loader) as JSON-safe data."""
-    data = YAML(typ="safe", pure=True).load(text)
-    return data if isinstance(data, dict) else {}
+    """``serveConfigV2`` (YAML text, already validated by the loader) as JSON-safe data.
+
+    Read with the loader's own parser (same YAML 1.2 core scalars, same limits), so what is
+    deployed is exactly what was validated.
+    """
+    documents, problems = parse_documents(text, "spec.serveConfigV2")
+    if problems or not documents or not isinstance(documents[0].value, dict):
+        return {}
+    return documents[0].value
 
 
 def serve_config_hash(serve_config: Mapping[str, JSON]) -> str:

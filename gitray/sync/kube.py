@@ -14,6 +14,8 @@ server-side apply and delete, plus watch. API errors are mapped onto gitray's er
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 FIELD_MANAGER = "gitray"
+LIST_PAGE = 1000  # items per LIST page: bounds one response, keeps requests per kind low
 _T = TypeVar("_T")
 
 
@@ -184,19 +187,32 @@ class Kube:
 
     def list(self, api_version: str, kind: str, *, namespace: str | None = None,
              label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
-        """Items (with apiVersion/kind filled in) and the list's resourceVersion."""
+        """Items (with apiVersion/kind filled in) and the list's resourceVersion.
+
+        Read in pages of ``LIST_PAGE`` items (one consistent snapshot: the API server's
+        continue token pins its resourceVersion), each decoded straight from JSON: the
+        dynamic client's object wrappers would hold a second copy of every large list.
+        An expired continue token (410) is a TransientError: the caller lists again.
+        """
         res = self.resource(api_version, kind)
         where = f"in {namespace}" if namespace else "in all namespaces"
-        result = self._call(f"listing {kind} {where}",
-                            lambda: res.get(namespace=namespace, label_selector=label_selector,
-                                            _request_timeout=self.timeout))
-        data = result.to_dict()
-        items = []
-        for item in data.get("items") or []:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-            items.append(item)
-        return items, str((data.get("metadata") or {}).get("resourceVersion", ""))
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+
+        def page(after: str | None) -> Any:
+            return res.get(namespace=namespace, label_selector=label_selector, limit=LIST_PAGE,
+                           _continue=after, serialize=False, _request_timeout=self.timeout)
+        while True:
+            data = json.loads(self._call(f"listing {kind} {where}",
+                                         functools.partial(page, token)).data)
+            for item in data.get("items") or []:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                items.append(item)
+            meta = data.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                return items, str(meta.get("resourceVersion", ""))
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         res = self.resource(body["apiVersion"], body["kind"])
