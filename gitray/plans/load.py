@@ -56,7 +56,7 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_TOTAL_BYTES = 64 * 1024 * 1024
 MAX_FILES = 5000
 MAX_DIAGNOSTICS_PER_FILE = 20
-MAX_TOTAL_NODES = 1_000_000  # YAML values per revision (a large repository has ~100 000)
+MAX_TOTAL_NODES = 2_500_000  # YAML values per revision: ~20,000 modest workloads
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 _RAY_KINDS = frozenset(k.value for k in Kind)

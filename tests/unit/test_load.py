@@ -565,7 +565,7 @@ def test_too_many_yaml_values_in_a_revision(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_real_value_limits_are_generous_but_bounded() -> None:
-    assert 100_000 <= MAX_NODES <= MAX_TOTAL_NODES <= 2_000_000
+    assert 100_000 <= MAX_NODES <= MAX_TOTAL_NODES <= 3_000_000
 
 
 def test_every_problem_of_a_revision_is_reported_at_once() -> None:
