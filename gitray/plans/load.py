@@ -11,6 +11,7 @@ the YAML limits of ``gitray.plans.yamlsafe`` (nesting depth, alias expansion).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
     "MAX_TOTAL_NODES",
+    "LoadMemo",
     "LoadResult",
     "RepoFile",
     "Snapshot",
@@ -92,8 +94,13 @@ def is_manifest_name(path: str) -> bool:
     return path.lower().endswith(MANIFEST_SUFFIXES)
 
 
-def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None) -> LoadResult:
-    """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``."""
+def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
+                  memo: LoadMemo | None = None) -> LoadResult:
+    """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
+
+    With a ``memo`` from earlier loads, files whose bytes (and settings) are unchanged are not
+    parsed again: a new commit costs what it changed, not the size of the repository.
+    """
     by_path = {f.path: f for f in snapshot.files}
     config_file = by_path.get(CONFIG_FILE)
     if config_file is not None and config_file.data is None:
@@ -109,13 +116,14 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     diagnostics: list[Diagnostic] = []
     workloads: list[Workload] = []
     budget = NodeBudget(MAX_TOTAL_NODES)
+    if memo is not None:
+        memo.start()
     for repo_file in _selected(snapshot, config, diagnostics):
         if budget.left < 0:
             break  # reported once, at the file that went over
-        for document in _documents(repo_file, budget, diagnostics):
-            workload = _workload(document, config, diagnostics)
-            if workload is not None:
-                workloads.append(workload)
+        found = _file(repo_file, config, budget, memo)
+        workloads += found.workloads
+        diagnostics += found.diagnostics
     _check_duplicates(workloads, diagnostics)
     if diagnostics:
         return LoadResult(config, (), _capped(diagnostics))
@@ -163,6 +171,67 @@ def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic])
             break
         chosen.append(repo_file)
     return chosen
+
+
+@dataclass(frozen=True)
+class _FileResult:
+    workloads: tuple[Workload, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    nodes: int  # YAML values read, charged to the revision's budget
+
+
+class LoadMemo:
+    """Per-file results of the previous load, keyed by settings, path and content digest.
+
+    Holds only the files of the last load (each load replaces it), so it never grows past one
+    revision. Results are immutable values, safe to share between revisions.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[Config, str, str], _FileResult] = {}
+        self._now: dict[tuple[Config, str, str], _FileResult] = {}
+        self.hits = 0  # files served from the memo in the current load (logs, benchmarks)
+
+    def start(self) -> None:
+        self._last, self._now, self.hits = self._now, {}, 0
+
+    def get(self, key: tuple[Config, str, str]) -> _FileResult | None:
+        found = self._last.get(key)
+        if found is not None:
+            self._now[key] = found
+            self.hits += 1
+        return found
+
+    def put(self, key: tuple[Config, str, str], result: _FileResult) -> None:
+        self._now[key] = result
+
+    def __len__(self) -> int:
+        return len(self._now)
+
+
+def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
+          memo: LoadMemo | None) -> _FileResult:
+    """The workloads and problems of one file (from the memo when its bytes are known)."""
+    key = (config, repo_file.path, hashlib.sha256(repo_file.data).hexdigest()) \
+        if memo is not None and repo_file.data is not None else None
+    if key is not None and memo is not None:
+        known = memo.get(key)
+        if known is not None:
+            budget.left -= known.nodes
+            if budget.left >= 0:
+                return known
+            budget.left += known.nodes  # over the budget: parse it to say where
+    before = budget.left
+    diagnostics: list[Diagnostic] = []
+    workloads: list[Workload] = []
+    for document in _documents(repo_file, budget, diagnostics):
+        workload = _workload(document, config, diagnostics)
+        if workload is not None:
+            workloads.append(workload)
+    result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left)
+    if key is not None and memo is not None and budget.left >= 0:
+        memo.put(key, result)
+    return result
 
 
 def _mib(size: int) -> str:

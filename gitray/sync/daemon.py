@@ -39,7 +39,7 @@ from gitray.errors import (
     ValidationError,
 )
 from gitray.model import ANN_DELETE_AFTER, LiveState, ObjectKey
-from gitray.plans.load import Snapshot
+from gitray.plans.load import LoadMemo, Snapshot
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
 from gitray.plans.rayservice import parse_deadline
 from gitray.sync.actions import Actions
@@ -137,6 +137,10 @@ class Daemon:
                                          retry_period_s=settings.retry_period_s))
         self.events = EventRecorder(self.kube, settings.identity)
         self.state = _State()
+        # passes re-read the same commit (drift, deletions, retries) and new commits change a
+        # few files: keep the last commit's files and each file's validated result
+        self._snapshot: Snapshot | None = None
+        self._memo = LoadMemo()
         self._lock = threading.Lock()  # one sync pass at a time
         self._state_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -334,7 +338,9 @@ class Daemon:
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
             self.state.attempted = sha
-        snapshot = read_snapshot(str(cache), sha)
+        if self._snapshot is None or self._snapshot.revision != sha:
+            self._snapshot = read_snapshot(str(cache), sha)
+        snapshot = self._snapshot
         if self.settings.allowed_signers is not None:
             try:
                 signer = verify_commit(cache, sha, self.settings.allowed_signers)
@@ -348,7 +354,7 @@ class Daemon:
         # Only a verified revision may choose where statuses (and the status token) go.
         self.statuses.configure(snapshot, cache)
         try:
-            desired = desired_from(snapshot, self.settings.overrides)
+            desired = desired_from(snapshot, self.settings.overrides, self._memo)
         except ValidationError as e:
             self.state.refused = sha
             self.metrics.invalid_revisions.inc()

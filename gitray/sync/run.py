@@ -15,7 +15,7 @@ from typing import Any
 from gitray.config import CONFIG_FILE, Config, parse_config
 from gitray.errors import StalePlanError, ValidationError
 from gitray.model import LiveState, ObjectKey, Workload, stable_hash
-from gitray.plans.load import LoadResult, Snapshot, load_snapshot
+from gitray.plans.load import LoadMemo, LoadResult, Snapshot, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
@@ -69,8 +69,9 @@ def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
     return parse_config(data, CONFIG_FILE, overrides)
 
 
-def desired_from(snapshot: Snapshot, overrides: dict[str, Any]) -> Desired:
-    result = load_snapshot(snapshot, overrides)
+def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
+                 memo: LoadMemo | None = None) -> Desired:
+    result = load_snapshot(snapshot, overrides, memo)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)

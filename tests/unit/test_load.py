@@ -20,6 +20,7 @@ from gitray.plans.load import (
     MAX_FILES,
     MAX_TOTAL_BYTES,
     MAX_TOTAL_NODES,
+    LoadMemo,
     LoadResult,
     RepoFile,
     Snapshot,
@@ -699,3 +700,58 @@ def test_scalars_without_a_json_value(scalar: str, problem: str) -> None:
         ": manifests are plain YAML (strings, numbers, booleans, null, mappings, lists)"
         if "unsupported" in problem else ""
     ) + ("; quote it" if "JSON number" in problem else "")]
+
+
+# ---- the per-file memo: a new revision costs what it changed --------------------------------
+
+
+def test_the_memo_reparses_only_changed_files_and_gives_the_same_result() -> None:
+    memo = LoadMemo()
+    files: Files = {"gitray.yaml": CONFIG, "a.yaml": service("a"), "b.yaml": service("b"),
+                    "c.yaml": CLUSTER}
+    first = load_snapshot(snapshot(files), memo=memo)
+    assert not first.diagnostics and memo.hits == 0 and len(memo) == 3
+    changed = {**files, "b.yaml": service("b", serve=SERVE_CONFIG.replace("/calc", "/c"))}
+    second = load_snapshot(snapshot(changed), memo=memo)
+    assert memo.hits == 2  # a.yaml and c.yaml; b.yaml changed
+    assert second == load_snapshot(snapshot(changed))  # exactly what a cold load gives
+    assert second.workloads[0] is first.workloads[0]  # shared, not re-parsed
+
+
+def test_the_memo_is_keyed_by_the_settings_too() -> None:
+    memo = LoadMemo()
+    files: Files = {"gitray.yaml": CONFIG, "a.yaml": service("a")}
+    assert not load_snapshot(snapshot(files), memo=memo).diagnostics
+    narrowed = {**files, "gitray.yaml": CONFIG.replace('"ray-*", ', "")}
+    result = load_snapshot(snapshot(narrowed), memo=memo)
+    assert memo.hits == 0
+    assert [d.message for d in result.diagnostics] == [
+        d.message for d in load_snapshot(snapshot(narrowed)).diagnostics]
+    assert result.diagnostics  # ray-serve is no longer allowed
+
+
+def test_the_memo_remembers_problems_and_forgets_files_no_longer_loaded() -> None:
+    memo = LoadMemo()
+    broken: Files = {"gitray.yaml": CONFIG, "a.yaml": service("a"), "bad.yaml": "a: [1,\n"}
+    first = load_snapshot(snapshot(broken), memo=memo)
+    again = load_snapshot(snapshot(broken), memo=memo)
+    assert again.diagnostics == first.diagnostics != ()
+    assert memo.hits == 2
+    fixed = {"gitray.yaml": CONFIG, "a.yaml": service("a")}
+    load_snapshot(snapshot(fixed), memo=memo)
+    assert len(memo) == 1  # bad.yaml's entry is gone with the revision that had it
+
+
+def test_memoized_files_still_count_against_the_revision_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load_module, "MAX_TOTAL_NODES", 2500)
+    chunk = "[" + "1," * 998 + "1]"  # 1000 values
+    memo = LoadMemo()
+    load_snapshot(snapshot({"f0.yaml": chunk, "f1.yaml": chunk}), memo=memo)
+    result = load_snapshot(snapshot({f"f{i}.yaml": chunk for i in range(3)}), memo=memo)
+    assert memo.hits == 2
+    over = [str(d) for d in result.diagnostics if "in total" in d.message]
+    assert over == [
+        "f2.yaml:1:1000: the files read hold more than 2500 YAML values in total; narrow "
+        "'paths' or add 'exclude' globs in gitray.yaml"
+    ]
