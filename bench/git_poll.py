@@ -106,7 +106,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def measure(commits: int, files: int, reps: int) -> dict[str, Any]:
-    from gitray.plans.load import load_snapshot
+    from gitray.plans.load import LoadMemo, load_snapshot
     from gitray.sync.source import fetch_branch, read_snapshot
 
     work = OUT / f"git-{commits}x{files}"
@@ -120,9 +120,11 @@ def measure(commits: int, files: int, reps: int) -> dict[str, Any]:
     clone_s, fetched = _timed(lambda: fetch_branch(url, "main", cache_dir=cache))
     nochange = [_timed(lambda: fetch_branch(url, "main", cache_dir=cache))[0]
                 for _ in range(reps)]
-    fetch1, read1, load1, difft = [], [], [], []
+    fetch1, read1, load1, memo1, difft = [], [], [], [], []
     yaml_files = workloads = 0
     old = fetched.sha
+    memo = LoadMemo()  # as the daemon keeps it: warmed by the revision it synced before
+    load_snapshot(read_snapshot(str(cache), old), {}, memo)
     for r in range(reps):
         new = add_commit(bare, r, files)
         s, f = _timed(lambda: fetch_branch(url, "main", cache_dir=cache))
@@ -132,6 +134,9 @@ def measure(commits: int, files: int, reps: int) -> dict[str, Any]:
         read1.append(s)
         s, result = _timed(lambda snap=snap: load_snapshot(snap, {}))
         load1.append(s)
+        s, memoized = _timed(lambda snap=snap: load_snapshot(snap, {}, memo))
+        memo1.append(s)
+        assert memoized == result and memo.hits >= len(snap.files) - 2, memo.hits  # 1 changed
         if result.diagnostics:
             raise RuntimeError(f"generated repo invalid: {result.diagnostics[:3]}")
         s, _ = _timed(lambda o=old, n=new: git(cache, "diff-tree", "-r", "--name-only", o, n))
@@ -147,9 +152,11 @@ def measure(commits: int, files: int, reps: int) -> dict[str, Any]:
             "fetch_onechange_s": round(med(fetch1), 3),
             "read_snapshot_s": round(med(read1), 3),
             "load_snapshot_s": round(med(load1), 3),
+            "load_memo_s": round(med(memo1), 3),
             "diff_tree_s": round(med(difft), 4),
             "poll_nochange_s": round(med(nochange), 3),
-            "poll_onechange_s": round(med(fetch1) + med(read1) + med(load1), 3)}
+            "poll_onechange_cold_s": round(med(fetch1) + med(read1) + med(load1), 3),
+            "poll_onechange_s": round(med(fetch1) + med(read1) + med(memo1), 3)}
 
 
 def run(sizes: list[tuple[int, int]], reps: int) -> dict[str, Any]:
@@ -159,7 +166,7 @@ def run(sizes: list[tuple[int, int]], reps: int) -> dict[str, Any]:
         r = measure(commits, files, reps)
         say(f"  no change {r['poll_nochange_s']}s; one file changed: fetch "
             f"{r['fetch_onechange_s']}s + read {r['read_snapshot_s']}s + load "
-            f"{r['load_snapshot_s']}s")
+            f"{r['load_snapshot_s']}s cold, {r['load_memo_s']}s with the daemon's memo")
         out["sizes"].append(r)
     return out
 
@@ -167,14 +174,15 @@ def run(sizes: list[tuple[int, int]], reps: int) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     rows = ["| commits x files (YAML files; workloads) | pack | first fetch (clone) "
             "| poll, nothing new: fetch_branch | one file changed: fetch_branch "
-            "| + read_snapshot | + load_snapshot | = poll with a change "
-            "| (git diff-tree of the two commits) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| + read_snapshot | + load_snapshot cold | + load_snapshot with the memo "
+            "| = poll with a change (memo, as the daemon) | (git diff-tree of the two commits) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["sizes"]:
         rows.append(
             f"| {r['commits']} x {r['files']} ({r['yaml_files']}; {r['workloads']}) "
             f"| {r['pack_kb'] / 1024:.1f} MiB | {r['clone_s']:.2f} s "
             f"| {1000 * r['fetch_nochange_s']:.0f} ms | {1000 * r['fetch_onechange_s']:.0f} ms "
             f"| {1000 * r['read_snapshot_s']:.0f} ms | {1000 * r['load_snapshot_s']:.0f} ms "
+            f"| {1000 * r.get('load_memo_s', float('nan')):.0f} ms "
             f"| {1000 * r['poll_onechange_s']:.0f} ms | {1000 * r['diff_tree_s']:.1f} ms |")
     return "\n".join(rows)
