@@ -17,6 +17,7 @@ record "running" for the next leader, and releases the Lease at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -25,10 +26,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitray.errors import (
@@ -48,7 +50,7 @@ from gitray.sync.events import EventRecorder
 from gitray.sync.executor import Executor, Outcome, StepEvent, WorkloadOutcome
 from gitray.sync.http import HttpEndpoints, Probes
 from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings, default_identity
+from gitray.sync.lease import LAPSE_MARGIN_S, Lease, LeaseSettings, default_identity
 from gitray.sync.metrics import Metrics
 from gitray.sync.progress import ProgressStore, Record, RunState
 from gitray.sync.run import Desired, desired_config, desired_from, live_plan, resumable
@@ -236,8 +238,18 @@ class Daemon:
                 self.lease.start_renewing(on_lost=self._lost)
                 self.metrics.leader.set(1)
                 self.trigger_poll()
+                return
         except GitrayError as e:
             self._api_problem(e)
+            return
+        # the holder seen lapses before the next regular attempt: try right then (the
+        # take-over is bounded by lease duration + one retry period, not two)
+        lapse = self.lease.lapses_in()
+        if lapse is not None and lapse + LAPSE_MARGIN_S < self.settings.retry_period_s:
+            with contextlib.suppress(SchedulerNotRunningError):
+                self.scheduler.add_job(
+                    self._lease_job, "date", id="lease-at-lapse", replace_existing=True,
+                    run_date=datetime.now(UTC) + timedelta(seconds=lapse + LAPSE_MARGIN_S))
 
     def _lost(self, reason: str) -> None:
         log.warning("lost the Lease: %s", reason)

@@ -41,6 +41,7 @@ from gitray.sync.kube import Kube
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
+    "LAPSE_MARGIN_S",
     "LEASE_API_VERSION",
     "Lease",
     "LeaseBusyError",
@@ -59,6 +60,7 @@ LEASE_API_VERSION = "coordination.k8s.io/v1"
 _KIND = "Lease"
 _JITTER = 1.2  # client-go's JitterFactor for acquire retries: wait period * [1, 2.2)
 _RETRY_MARGIN = 1.2  # client-go: the renew deadline must exceed 1.2 retry periods
+LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
 log = logging.getLogger(__name__)
@@ -270,6 +272,17 @@ class Lease:
             record = self._observed.record
         return record.holder if record else ""
 
+    def lapses_in(self) -> float | None:
+        """Seconds until the other holder this process last saw lapses, by this process's
+        clock (0 when already lapsed); None when the Lease is free, ours or not yet read.
+
+        Lets a standby try again right at the lapse instead of up to a retry period later."""
+        with self._lock:
+            record = self._observed.record
+            if record is None or not record.holder or record.holder == self._settings.identity:
+                return None
+            return max(0.0, self._observed.lapses_at() - self._clock())
+
     # ---- election -----------------------------------------------------------------------
 
     def try_acquire_or_renew(self) -> bool:
@@ -301,8 +314,11 @@ class Lease:
                                      f"{self._last_error or 'lost every compare-and-swap'}")
             if on_wait is not None:
                 on_wait(holder, waited)
-            time.sleep(max(0.0, min(retry_delay(self._settings.retry_period_s, self._rng),
-                                    timeout_s - waited)))
+            pause = retry_delay(self._settings.retry_period_s, self._rng)
+            lapse = self.lapses_in()
+            if lapse is not None:
+                pause = min(pause, lapse + LAPSE_MARGIN_S)
+            time.sleep(max(0.0, min(pause, timeout_s - waited)))
 
     def start_renewing(self, on_lost: OnLost | None = None) -> None:
         """Renew every retry period in the background; when no renew succeeds within the

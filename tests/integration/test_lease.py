@@ -163,6 +163,23 @@ def test_takeover_after_the_lease_duration_increments_the_epoch(
     assert live_spec(testenv, namespace)["holderIdentity"] == "b"
 
 
+def test_a_standby_knows_when_the_holder_it_saw_lapses(electors: Electors) -> None:
+    a = electors("a", short=True)
+    b_clock = ManualClock()
+    b = electors("b", clock=b_clock, short=True)
+    assert b.lapses_in() is None  # nothing read yet
+    assert a.acquire(timeout_s=5) == 0  # a holds and never renews
+    assert not b.try_acquire_or_renew()
+    assert b.lapses_in() == LEASE_S  # counted from when b saw the record, by b's clock
+    b_clock.advance(1.0)
+    assert not b.try_acquire_or_renew()  # the same record again: no extension
+    assert b.lapses_in() == LEASE_S - 1.0
+    b_clock.advance(LEASE_S)
+    assert b.lapses_in() == 0.0
+    assert b.try_acquire_or_renew()
+    assert b.lapses_in() is None  # b holds it now
+
+
 def test_a_paused_leader_refuses_before_any_request(electors: Electors,
                                                     testenv: TestEnv, namespace: str) -> None:
     clock = ManualClock()
