@@ -3,7 +3,8 @@
 Handlers return a short message for the step result and raise ``TerminalError`` (the plan
 fails with that reason) or ``TransientError`` (retried by the executor with backoff). Waits are
 bounded by the step's ``timeoutSeconds`` and woken by watch events where the API has them;
-Serve status is polled every ~1.5 s. ``report`` receives progress lines for long waits.
+Serve status is polled every 0.25 s at first, slowing to every 1.5 s. ``report`` receives
+progress lines for long waits.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from gitray.sync.kube import Kube
 __all__ = ["Actions", "Clock", "cluster_ready"]
 
 Report = Callable[[str], None]
-SERVE_POLL_S = 1.5
+SERVE_POLL_S = 1.5  # steady Serve status poll period; the first polls are quicker:
+SERVE_FIRST_POLL_S = 0.25  # Serve often reaches RUNNING within seconds of a deploy, so the
+SERVE_POLL_GROWTH = 1.5  # period starts here and grows by this factor up to SERVE_POLL_S
 DEPLOY_BUDGET_S = 180.0  # the dashboard comes up some seconds after the head pod is Ready
 GATING_BUDGET_S = 120.0
 DELETE_BUDGET_S = 180.0
@@ -229,6 +232,7 @@ class Actions:
         sent = step.params.get("serveConfig") or {}
         started = last_put = self.clock.monotonic()
         summary = "no status yet"
+        period = SERVE_FIRST_POLL_S
         while True:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
@@ -258,7 +262,8 @@ class Actions:
                 raise TerminalError(f"Serve on {cluster} not RUNNING after {timeout:.0f} s "
                                     f"({summary})")
             report(f"{summary}, {waited:.0f} s")
-            self.clock.sleep(SERVE_POLL_S)
+            self.clock.sleep(period)
+            period = min(period * SERVE_POLL_GROWTH, SERVE_POLL_S)
 
     # ---- Services -----------------------------------------------------------------------
 
