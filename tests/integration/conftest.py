@@ -15,15 +15,13 @@ the tests (never skips), with or without CI=true.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.testenv import build, control
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,34 +34,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def testenv() -> Iterator[TestEnv]:
-    given = os.environ.get("GITRAY_TESTENV_STATE")
-    started: Path | None = None
-    if given:
-        state = control.State.load(Path(given))
-        if state is None or not state.components or not all(state.alive().values()):
-            pytest.fail(f"GITRAY_TESTENV_STATE={given} is not a running test environment "
-                        f"(start one with: scripts/testenv up --state-dir {given})")
-    else:
-        try:
-            lay = build.layout(probe_if_needed=False)
-        except build.BuildError as exc:
-            pytest.fail(f"{exc}")
-        if not lay.complete():
-            pytest.fail(f"test environment not built (incomplete {lay.dir}); "
-                        "run: scripts/testenv build")
-        started = Path(tempfile.mkdtemp(prefix="gitray-testenv-"))
-        try:
-            state = control.up(started, say=lambda _m: None)
-        except control.EnvError as exc:
-            control.down(started, say=lambda _m: None)
-            pytest.fail(f"could not start the test environment: {exc}")
-    env = TestEnv(state)
     try:
-        yield env
-    finally:
-        env.close()
-        if started is not None:
-            control.down(started, say=lambda _m: None)
+        with environment(os.environ.get("GITRAY_TESTENV_STATE")) as (env, _):
+            yield env
+    except EnvUnavailable as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

@@ -20,11 +20,9 @@ Take-over times are printed (run with -s to see them) — never asserted.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import statistics
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,8 +55,7 @@ from tests.integration.gitops import (
     gitray_config,
     serve_config,
 )
-from tests.testenv import build, control
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 SVC = "serve-demo"
 UPGRADE_STEPS = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",
@@ -411,24 +408,10 @@ def test_fencing_under_sigstop(fleet: Fleet) -> None:
 @pytest.fixture(scope="module")
 def own_env() -> Iterator[tuple[TestEnv, Path]]:
     try:
-        lay = build.layout(probe_if_needed=False)
-    except build.BuildError as exc:
-        pytest.fail(f"{exc}")
-    if not lay.complete():
-        pytest.fail(f"test environment not built (incomplete {lay.dir}); run scripts/testenv build")
-    d = Path(tempfile.mkdtemp(prefix="gitray-chaos-env-"))
-    try:
-        state = control.up(d, say=lambda _m: None)
-    except control.EnvError as exc:
-        control.down(d, say=lambda _m: None)
-        pytest.fail(f"could not start a second test environment: {exc}")
-    env = TestEnv(state)
-    try:
-        yield env, d
-    finally:
-        env.close()
-        control.down(d, say=lambda _m: None)
-        shutil.rmtree(d, ignore_errors=True)
+        with environment(None, "gitray-chaos-env-") as started:  # never a shared one
+            yield started
+    except EnvUnavailable as exc:
+        pytest.fail(f"a second test environment: {exc}")
 
 
 def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Path) -> None:

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -46,8 +44,7 @@ from tests.integration.gitops import (
     gitray_config,
     serve_config,
 )
-from tests.testenv import build, control
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 SVC = "serve-demo"
 BROKEN = ("broken", "/broken", "serve_apps.nope:app")
@@ -57,31 +54,12 @@ pytestmark = pytest.mark.soak
 
 @pytest.fixture(scope="module")
 def soak_env() -> Iterator[TestEnv]:
-    given = os.environ.get("GITRAY_TESTENV_STATE")
-    if given:
-        state = control.State.load(Path(given))
-        if state is None or not all(state.alive().values()):
-            pytest.fail(f"GITRAY_TESTENV_STATE={given} is not a running test environment")
-        env = TestEnv(state)
-        yield env
-        env.close()
-        return
-    lay = build.layout(probe_if_needed=False)
-    if not lay.complete():
-        pytest.fail(f"test environment not built ({lay.dir}); run scripts/testenv build")
-    d = Path(tempfile.mkdtemp(prefix="gitray-soak-env-"))
     try:
-        state = control.up(d, say=lambda _m: None)
-    except control.EnvError as exc:
-        control.down(d, say=lambda _m: None)
-        pytest.fail(f"could not start the test environment: {exc}")
-    env = TestEnv(state)
-    try:
-        yield env
-    finally:
-        env.close()
-        control.down(d, say=lambda _m: None)
-        shutil.rmtree(d, ignore_errors=True)
+        reuse = os.environ.get("GITRAY_TESTENV_STATE")
+        with environment(reuse, "gitray-soak-env-") as (env, _):
+            yield env
+    except EnvUnavailable as exc:
+        pytest.fail(str(exc))
 
 
 @dataclass

@@ -9,11 +9,14 @@ Needs the `kubernetes` package (the rest of tests.testenv is stdlib only)::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -213,3 +216,52 @@ class TestEnv:
                 raise AssertionError(f"{app} DEPLOY_FAILED: {info.get('message')}")
             return info if info and info.get("status") == "RUNNING" else None
         return wait_for(running, timeout, interval=1, what=f"Serve app {app} RUNNING")
+
+
+class EnvUnavailable(Exception):
+    """The test environment is not built or could not be started (the message says why)."""
+
+
+@contextlib.contextmanager
+def environment(reuse: str | None = None, prefix: str = "gitray-testenv-"
+                ) -> Iterator[tuple[TestEnv, Path]]:
+    """A running environment and its state dir: the one in ``reuse`` (never stopped here), or
+    one started in a fresh temp dir and stopped (its dir removed) on exit.
+
+    Raises EnvUnavailable with an actionable message; fixtures turn it into a failure, never
+    a skip."""
+    if reuse:
+        state = control.State.load(Path(reuse))
+        if state is None or not state.components or not all(state.alive().values()):
+            raise EnvUnavailable(f"GITRAY_TESTENV_STATE={reuse} is not a running test "
+                                 f"environment (start one with: scripts/testenv up "
+                                 f"--state-dir {reuse})")
+        env = TestEnv(state)
+        try:
+            yield env, Path(reuse)
+        finally:
+            env.close()
+        return
+    from tests.testenv import build
+
+    try:
+        lay = build.layout(probe_if_needed=False)
+    except build.BuildError as exc:
+        raise EnvUnavailable(str(exc)) from None
+    if not lay.complete():
+        raise EnvUnavailable(f"test environment not built (incomplete {lay.dir}); "
+                             "run: scripts/testenv build")
+    started = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        try:
+            state = control.up(started, say=lambda _m: None)
+        except control.EnvError as exc:
+            raise EnvUnavailable(f"could not start the test environment: {exc}") from None
+        env = TestEnv(state)
+        try:
+            yield env, started
+        finally:
+            env.close()
+    finally:
+        control.down(started, say=lambda _m: None)
+        shutil.rmtree(started, ignore_errors=True)
