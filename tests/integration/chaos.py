@@ -79,6 +79,18 @@ class Replica:
         except urllib.error.HTTPError as e:
             return int(e.code), e.read().decode()
 
+    def post(self, path: str, body: bytes, headers: dict[str, str]) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body,
+                                     headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
     def metric(self, name: str, labels: str = "") -> float | None:
         """A metric's value; None when the process does not answer."""
         try:

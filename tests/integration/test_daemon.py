@@ -7,23 +7,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
-import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import (
     GREETER,
-    REPO_ROOT,
     GitOpsRepo,
     dump,
     example_rayservice,
@@ -36,65 +30,12 @@ SVC = "serve-demo"
 SECRET = "webhook-secret-for-tests"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class SyncProcess:
-    proc: subprocess.Popen[str]
-    port: int
-    log: Path
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
-                                        timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def post(self, path: str, body: bytes, headers: dict[str, str]) -> int:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body,
-                                     headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
-
-    def metric(self, name: str, labels: str = "") -> float:
-        _, text = self.get("/metrics")
-        # Anchored to a sample line: "# HELP <name> ..." must never match.
-        pattern = "^" + re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "") \
-            + r" ([0-9.e+-]+)$"
-        match = re.search(pattern, text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
-
-    def logs(self) -> str:
-        return self.log.read_text()
-
-
 def start_sync(testenv: TestEnv, namespace: str, remote: Path, tmp_path: Path,
-               interval: str = "1s") -> SyncProcess:
-    port = free_port()
+               interval: str = "1s") -> Replica:
     secret_file = tmp_path / "webhook-secret"
     secret_file.write_text(SECRET)
-    log = tmp_path / f"sync-{port}.log"
-    argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{remote}",
-            "--branch", "main", "--interval", interval, "--deletion-interval", "2s",
-            "--http-address", f"127.0.0.1:{port}", "--kubeconfig", testenv.kubeconfig,
-            "--lease-namespace", namespace, "--dashboard", "pod-ip",
-            "--webhook-secret-file", str(secret_file), "--cache-dir", str(tmp_path / "cache"),
-            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
-            "--log-format", "json"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
-                            cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
-    sync = SyncProcess(proc, port, log)
-    wait_for(lambda: sync.get("/healthz")[0] == 200 or None, timeout=30)
-    return sync
+    return start_replica(testenv.kubeconfig, namespace, remote, tmp_path, "daemon",
+                         interval=interval, extra=("--webhook-secret-file", str(secret_file)))
 
 
 @pytest.fixture
@@ -129,12 +70,11 @@ def serving(testenv: TestEnv, ns: str) -> str | None:
 
 @pytest.fixture
 def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
-              tmp_path: Path) -> Iterator[SyncProcess]:
+              tmp_path: Path) -> Iterator[Replica]:
     bare, _ = remote
     sync = start_sync(testenv, namespace, bare, tmp_path)
     yield sync
-    sync.proc.terminate()
-    sync.proc.wait(timeout=60)
+    sync.terminate()
 
 
 def rs(ns: str, **kw: Any) -> str:
@@ -143,7 +83,7 @@ def rs(ns: str, **kw: Any) -> str:
 
 def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
         testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
-        sync_proc: SyncProcess) -> None:
+        sync_proc: Replica) -> None:
     bare, work = remote
     first = push(work, "first", {"gitray.yaml": gitray_config(
         "4s", namespace, status={"provider": "git-notes"}), "svc.yaml": rs(namespace)})
@@ -256,6 +196,5 @@ def test_a_signed_webhook_triggers_a_poll_and_a_bad_one_is_rejected(
         assert sync.post("/hooks/git", body, {"X-Gitea-Signature": gitea}) == 202
         assert sync.metric("gitray_webhooks_total", 'result="rejected"') == 2
     finally:
-        sync.proc.terminate()
-        sync.proc.wait(timeout=60)
+        sync.terminate()
 

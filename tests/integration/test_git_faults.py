@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, dump, gitray_config
-from tests.integration.test_daemon import SyncProcess, free_port, notes
+from tests.integration.test_daemon import notes
 from tests.testenv.helpers import TestEnv, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
@@ -124,25 +124,13 @@ def remote(tmp_path: Path) -> Remote:
 
 @pytest.fixture
 def daemon(testenv: TestEnv, namespace: str, remote: Remote,
-           tmp_path: Path) -> Iterator[SyncProcess]:
-    port = free_port()
-    log = tmp_path / "sync.log"
-    argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{remote.bare}",
-            "--branch", "main", "--interval", "1s", "--drift-every", "3",
-            "--http-address", f"127.0.0.1:{port}", "--kubeconfig", testenv.kubeconfig,
-            "--lease-namespace", namespace, "--dashboard", "pod-ip",
-            "--cache-dir", str(tmp_path / "cache"), "--lease-duration", "4",
-            "--renew-deadline", "3", "--retry-period", "1", "--log-format", "json"]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=sink, text=True,
-                                cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
-    sync = SyncProcess(proc, port, log)
+           tmp_path: Path) -> Iterator[Replica]:
+    sync = start_replica(testenv.kubeconfig, namespace, remote.bare, tmp_path, "daemon",
+                         extra=("--drift-every", "3"))
     try:
-        wait_for(lambda: sync.get("/healthz")[0] == 200 or None, timeout=30)
         yield sync
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        sync.terminate()
 
 
 def workloads(env: TestEnv, ns: str) -> dict[str, tuple[str, str]]:
@@ -167,16 +155,16 @@ def fingerprint(item: dict[str, Any]) -> str:
                        writes], sort_keys=True)
 
 
-def synced(sync: SyncProcess, sha: str) -> bool:
+def synced(sync: Replica, sha: str) -> bool:
     return sync.metric("gitray_last_synced_revision_info", f'revision="{sha}"') == 1
 
 
-def readyz(sync: SyncProcess) -> tuple[int, dict[str, Any]]:
+def readyz(sync: Replica) -> tuple[int, dict[str, Any]]:
     code, body = sync.get("/readyz")
     return code, json.loads(body)
 
 
-def log_records(sync: SyncProcess) -> list[dict[str, Any]]:
+def log_records(sync: Replica) -> list[dict[str, Any]]:
     records = []
     for line in sync.logs().splitlines():
         try:
@@ -186,11 +174,11 @@ def log_records(sync: SyncProcess) -> list[dict[str, Any]]:
     return records
 
 
-def messages(sync: SyncProcess) -> str:
+def messages(sync: Replica) -> str:
     return "\n".join(str(r.get("message", r.get("msg", ""))) for r in log_records(sync))
 
 
-def assert_outage_handled(sync: SyncProcess, env: TestEnv, ns: str,
+def assert_outage_handled(sync: Replica, env: TestEnv, ns: str,
                           before: dict[str, tuple[str, str]], errors_before: float,
                           expect: str) -> str:
     """While the remote is unreadable: alive, honest, and hands off the cluster."""
@@ -208,7 +196,7 @@ def assert_outage_handled(sync: SyncProcess, env: TestEnv, ns: str,
 
 
 def test_remote_gone_corrupted_and_force_pushed(
-        testenv: TestEnv, namespace: str, remote: Remote, daemon: SyncProcess) -> None:
+        testenv: TestEnv, namespace: str, remote: Remote, daemon: Replica) -> None:
     ns = namespace
     base = {"gitray.yaml": gitray_config(status={"provider": "git-notes"},
                                          allowedNamespaces=[ns]),

@@ -10,15 +10,15 @@ statuses, and so the status token, at another server) is not used.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.githost.server import GitHost
-from tests.integration.gitops import REPO_ROOT, GitOpsRepo, dump, gitray_config
-from tests.integration.test_daemon import SyncProcess, free_port, notes
+from tests.integration.chaos import Replica, start_replica
+from tests.integration.gitops import GitOpsRepo, dump, gitray_config
+from tests.integration.test_daemon import notes
 from tests.testenv.helpers import TestEnv, wait_for
 
 STATUS_TOKEN = "status-token-for-signed-commit-tests"
@@ -73,28 +73,16 @@ def repo(tmp_path: Path) -> SigningRepo:
 
 @pytest.fixture
 def daemon(testenv: TestEnv, namespace: str, repo: SigningRepo, keys: tuple[Path, Path, Path],
-           tmp_path: Path) -> Iterator[SyncProcess]:
-    port = free_port()
-    log = tmp_path / "sync.log"
+           tmp_path: Path) -> Iterator[Replica]:
     token_file = tmp_path / "status-token"
     token_file.write_text(STATUS_TOKEN + "\n")
-    argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{repo.bare}",
-            "--branch", "main", "--interval", "1s", "--allowed-signers", str(keys[2]),
-            "--status-token-file", str(token_file),
-            "--http-address", f"127.0.0.1:{port}", "--kubeconfig", testenv.kubeconfig,
-            "--lease-namespace", namespace, "--dashboard", "pod-ip",
-            "--cache-dir", str(tmp_path / "cache"), "--lease-duration", "4",
-            "--renew-deadline", "3", "--retry-period", "1"]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=sink, text=True,
-                                cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
-    sync = SyncProcess(proc, port, log)
+    sync = start_replica(testenv.kubeconfig, namespace, repo.bare, tmp_path, "daemon",
+                         extra=("--allowed-signers", str(keys[2]), "--status-token-file",
+                                str(token_file), "--log-format", "text"))  # the last one wins
     try:
-        wait_for(lambda: sync.get("/healthz")[0] == 200 or None, timeout=30)
         yield sync
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        sync.terminate()
 
 
 def value(env: TestEnv, ns: str) -> tuple[str, str] | None:
@@ -108,7 +96,7 @@ def overall(bare: Path, sha: str) -> dict[str, str]:
 
 def test_only_commits_signed_by_an_allowed_key_are_applied(
         testenv: TestEnv, namespace: str, repo: SigningRepo, keys: tuple[Path, Path, Path],
-        daemon: SyncProcess) -> None:
+        daemon: Replica) -> None:
     allowed, other, _ = keys
     ns = namespace
     config = gitray_config(status={"provider": "git-notes"}, allowedNamespaces=[ns])
