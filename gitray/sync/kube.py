@@ -215,22 +215,20 @@ class Kube:
                 return items, str(meta.get("resourceVersion", ""))
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        res = self.resource(body["apiVersion"], body["kind"])
-        meta = body["metadata"]
-        return dict(self._call(
-            f"creating {body['kind']} {meta.get('namespace')}/{meta['name']}",
-            lambda: res.create(body=dict(body), namespace=meta.get("namespace"),
-                               field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
-        ).to_dict())
+        return self._write("creating", "create", body)
 
     def replace(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT with the body's resourceVersion: fails with ConflictError if it changed."""
+        return self._write("updating", "replace", body)
+
+    def _write(self, doing: str, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
         res = self.resource(body["apiVersion"], body["kind"])
         meta = body["metadata"]
+        send = getattr(res, verb)
         return dict(self._call(
-            f"updating {body['kind']} {meta.get('namespace')}/{meta['name']}",
-            lambda: res.replace(body=dict(body), namespace=meta.get("namespace"),
-                                field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
+            f"{doing} {body['kind']} {meta.get('namespace')}/{meta['name']}",
+            lambda: send(body=dict(body), namespace=meta.get("namespace"),
+                         field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
         ).to_dict())
 
     def apply(self, body: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
