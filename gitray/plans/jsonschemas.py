@@ -1,5 +1,10 @@
 """JSON Schema checks with messages that name the offending field. Pure.
 
+A compiled validator (jsonschema-rs) answers "valid?" first — about a thousand times faster
+than walking the schema in Python, and nearly every manifest is valid; only an invalid one is
+walked again by python-jsonschema, whose errors carry what the messages need (the failing
+keyword, its schema, the alternatives of an anyOf). A unit test keeps the two in agreement.
+
 The schemas are package data (``gitray/schemas/*.json``, the same files as ``schemas/`` at the
 repository root); reading them is reading gitray itself, never the user's repository.
 """
@@ -12,6 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
@@ -35,8 +41,15 @@ def _validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load_schema(name))
 
 
+@cache
+def _compiled(name: str) -> Any:
+    return jsonschema_rs.validator_for(load_schema(name))
+
+
 def schema_errors(name: str, instance: Any) -> Iterator[tuple[JsonPath, str]]:
     """``(path, message)`` for each way ``instance`` breaks schema ``name``, at most a few."""
+    if _compiled(name).is_valid(instance):
+        return
     count = 0
     errors = sorted(_validator(name).iter_errors(instance), key=lambda e: list(map(str, e.path)))
     for error in errors:
