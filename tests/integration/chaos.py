@@ -171,23 +171,27 @@ class Replica:
                 self.proc.wait(timeout=30)
 
 
-def start_replica(kubeconfig: str, lease_namespace: str, remote: Path, workdir: Path,
+def start_replica(kubeconfig: str, lease_namespace: str, remote: Path | str, workdir: Path,
                   name: str, interval: str = "1s", extra: tuple[str, ...] = (),
-                  failpoints: Path | None = None) -> Replica:
-    """``failpoints``: the file gitray.sync.failpoints reads (the test writes it)."""
+                  failpoints: Path | None = None, env: dict[str, str] | None = None) -> Replica:
+    """``remote``: a bare repository's path, or any URL. ``extra`` flags come last (so they
+    override the defaults here). ``failpoints``: the file gitray.sync.failpoints reads (the
+    test writes it). ``env``: added to the environment. stdout and stderr go to the log."""
     port = free_port()
     log = workdir / f"sync-{name}.log"
-    argv = [sys.executable, "-m", "gitray", "sync", "--repo", f"file://{remote}",
+    url = remote if isinstance(remote, str) else f"file://{remote}"
+    argv = [sys.executable, "-m", "gitray", "sync", "--repo", url,
             "--branch", "main", "--interval", interval, "--deletion-interval", "2s",
             "--http-address", f"127.0.0.1:{port}", "--kubeconfig", kubeconfig,
             "--lease-namespace", lease_namespace, "--dashboard", "pod-ip",
             "--cache-dir", str(workdir / f"cache-{name}"),
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--log-format", "json", *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
-                            cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT),
-                                 **({ENV_VAR: str(failpoints)} if failpoints else {})})
+    with log.open("w") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {}),
+                                     **({ENV_VAR: str(failpoints)} if failpoints else {})})
     replica = Replica(proc, port, log, name)
 
     def healthy() -> bool | None:

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.githost.server import GitHost
+from tests.integration.chaos import Replica, free_port, start_replica
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config
-from tests.integration.test_daemon import SyncProcess, free_port
 from tests.testenv.helpers import TestEnv, wait_for
 
 GIT_USER = "gitray"
@@ -179,43 +179,30 @@ def setup(testenv: TestEnv, namespace: str, tmp_path: Path) -> Iterator[Setup]:
             git_http.close()
 
 
-def start_daemon(s: Setup, log_format: str, name: str) -> SyncProcess:
-    port = free_port()
-    log = s.tmp / f"{name}.log"
+def start_daemon(s: Setup, log_format: str, name: str) -> Replica:
     token_file = s.tmp / "status-token"
     token_file.write_text(STATUS_TOKEN + "\n")
-    token_args = ["--status-token-file", str(token_file)] if log_format == "json" else []
-    env = {**os.environ, "NO_COLOR": "1"}
+    token_args = ("--status-token-file", str(token_file)) if log_format == "json" else ()
+    env = {"NO_COLOR": "1"}
     if not token_args:
         env["GITRAY_STATUS_TOKEN"] = STATUS_TOKEN
-    argv = [sys.executable, "-m", "gitray", "sync", "--repo", s.git_http.url(),
-            "--branch", "main", "--interval", "1s", "--drift-every", "2",
-            "--http-address", f"127.0.0.1:{port}", "--kubeconfig", s.env.kubeconfig,
-            "--lease-namespace", s.ns, "--dashboard", "pod-ip", *token_args,
-            "--cache-dir", str(s.tmp / f"cache-{name}"), "--lease-duration", "4",
-            "--renew-deadline", "3", "--retry-period", "1", "--log-format", log_format,
-            "--log-level", "debug"]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, text=True,
-                                cwd=REPO_ROOT, stdin=subprocess.DEVNULL, env=env)
-    sync = SyncProcess(proc, port, log)
-    wait_for(lambda: sync.get("/healthz")[0] == 200 or None, timeout=30)
-    return sync
+    return start_replica(s.env.kubeconfig, s.ns, s.git_http.url(), s.tmp, name,
+                         extra=("--drift-every", "2", *token_args, "--log-format", log_format,
+                                "--log-level", "debug"), env=env)
 
 
-def synced(sync: SyncProcess, sha: str) -> bool:
+def synced(sync: Replica, sha: str) -> bool:
     return sync.metric("gitray_last_synced_revision_info", f'revision="{sha}"') == 1
 
 
-def collect_daemon(s: Setup, sync: SyncProcess, name: str) -> None:
+def collect_daemon(s: Setup, sync: Replica, name: str) -> None:
     for path in ("/metrics", "/readyz", "/healthz"):
         s.record(f"{name} {path}", "\n".join(str(x) for x in sync.get(path)))
 
 
-def stop(s: Setup, sync: SyncProcess, name: str) -> None:
+def stop(s: Setup, sync: Replica, name: str) -> None:
     collect_daemon(s, sync, name)
-    sync.proc.terminate()
-    sync.proc.wait(timeout=60)
+    sync.terminate()
     s.record(f"{name} log", sync.logs())
 
 
