@@ -408,7 +408,8 @@ def test_fencing_under_sigstop(fleet: Fleet) -> None:
 @pytest.fixture(scope="module")
 def own_env() -> Iterator[tuple[TestEnv, Path]]:
     try:
-        with environment(None, "gitray-chaos-env-") as started:  # never a shared one
+        # never a shared environment: this test restarts its API server
+        with environment(None, "gitray-chaos-env-", keep_logs=False) as started:
             yield started
     except EnvUnavailable as exc:
         pytest.fail(f"a second test environment: {exc}")

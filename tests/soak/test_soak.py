@@ -56,7 +56,7 @@ pytestmark = pytest.mark.soak
 def soak_env() -> Iterator[TestEnv]:
     try:
         reuse = os.environ.get("GITRAY_TESTENV_STATE")
-        with environment(reuse, "gitray-soak-env-") as (env, _):
+        with environment(reuse, "gitray-soak-env-", keep_logs=False) as (env, _):
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))

@@ -223,10 +223,11 @@ class EnvUnavailable(Exception):
 
 
 @contextlib.contextmanager
-def environment(reuse: str | None = None, prefix: str = "gitray-testenv-"
-                ) -> Iterator[tuple[TestEnv, Path]]:
+def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
+                keep_logs: bool = True) -> Iterator[tuple[TestEnv, Path]]:
     """A running environment and its state dir: the one in ``reuse`` (never stopped here), or
-    one started in a fresh temp dir and stopped (its dir removed) on exit.
+    one started in a fresh temp dir and stopped on exit. Its dir (with every component's log,
+    for a failed run's post-mortem) stays unless ``keep_logs`` is False.
 
     Raises EnvUnavailable with an actionable message; fixtures turn it into a failure, never
     a skip."""
@@ -264,4 +265,5 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-"
             env.close()
     finally:
         control.down(started, say=lambda _m: None)
-        shutil.rmtree(started, ignore_errors=True)
+        if not keep_logs:
+            shutil.rmtree(started, ignore_errors=True)
