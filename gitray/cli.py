@@ -31,7 +31,7 @@ from gitray.sync.comments import upsert_plan_comment
 from gitray.sync.daemon import Daemon, DaemonSettings
 from gitray.sync.dashboard import DashboardMode, Resolver
 from gitray.sync.executor import Outcome
-from gitray.sync.kube import Kube, KubeSettings, cluster_configured
+from gitray.sync.kube import Kube, KubeSettings, cluster_configured, default_namespace
 from gitray.sync.run import (
     Desired,
     ExecSettings,
@@ -104,8 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="per workload: synced revision, step, clusters, Serve")
     repo_args(st)
     cluster_args(st)
-    st.add_argument("--lease-namespace", default=os.environ.get("GITRAY_LEASE_NAMESPACE",
-                                                                "gitray"))
+    lease_namespace_arg(st)
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
     _sync_parser(sub)
@@ -155,11 +154,20 @@ def cluster_args(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--context", default=None, help="kubeconfig context")
 
 
+def lease_namespace_arg(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--lease-namespace", default=os.environ.get("GITRAY_LEASE_NAMESPACE"),
+                     metavar="NS",
+                     help="namespace of the Lease and the run records [$GITRAY_LEASE_NAMESPACE, "
+                          "else the kubeconfig context's namespace, in a pod its own]")
+
+
+def _lease_namespace(args: argparse.Namespace) -> str:
+    return str(args.lease_namespace or default_namespace(_kube_settings(args)))
+
+
 def exec_args(cmd: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    cmd.add_argument("--lease-namespace", default=env("GITRAY_LEASE_NAMESPACE",
-                                                      _own_namespace() or "gitray"),
-                     help="namespace of the Lease and the run records [gitray]")
+    lease_namespace_arg(cmd)
     cmd.add_argument("--lease-name", default=env("GITRAY_LEASE_NAME", "gitray"))
     cmd.add_argument("--lease-timeout", type=float, default=60.0, metavar="SECONDS",
                      help="how long to wait for another gitray to finish [60]")
@@ -207,15 +215,6 @@ def _pr_from_env() -> int | None:
     if len(parts) >= 3 and parts[1] == "pull" and parts[2].isdigit():
         return int(parts[2])
     return None
-
-
-def _own_namespace() -> str | None:
-    """The Pod's namespace when running in a cluster."""
-    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def _seconds(value: str, flag: str) -> float:
@@ -348,14 +347,15 @@ def _cmd_apply(args: argparse.Namespace) -> int:
             sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
             if plan.has_changes and not args.yes:
                 _confirm()
-        settings = ExecSettings(lease_namespace=args.lease_namespace,
+        lease_ns = _lease_namespace(args)
+        settings = ExecSettings(lease_namespace=lease_ns,
                                 lease_name=args.lease_name,
                                 lease_timeout_s=args.lease_timeout,
                                 dashboard_mode=_dashboard_mode(args),
                                 ray_token=_secret_file(args.ray_token_file, "Ray token"))
 
         def waiting(holder: str, seconds: float) -> None:
-            print(f"waiting for the Lease {args.lease_namespace}/{args.lease_name} held by "
+            print(f"waiting for the Lease {lease_ns}/{args.lease_name} held by "
                   f"{holder or 'nobody'} ({seconds:.0f} s)", file=sys.stderr, flush=True)
 
         outcomes = execute(kube, desired, plan, settings, ConsoleReporter(), waiting,
@@ -380,7 +380,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     desired = desired_from(read_snapshot(args.repo, args.revision), _overrides(args.set))
     kube = Kube.connect(_kube_settings(args))
     try:
-        rows = workload_status(kube, desired, args.lease_namespace,
+        rows = workload_status(kube, desired, _lease_namespace(args),
                                Resolver(kube, _dashboard_mode(args)))
     finally:
         kube.close()
@@ -396,7 +396,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     overrides = {**env_overrides(os.environ), **_overrides(args.set)}
     secret = _secret_file(args.webhook_secret_file, "webhook secret")
     settings = DaemonSettings(
-        repo=args.repo, branch=args.branch, lease_namespace=args.lease_namespace,
+        repo=args.repo, branch=args.branch, lease_namespace=_lease_namespace(args),
         lease_name=args.lease_name, interval_s=_seconds(args.interval, "--interval"),
         drift_every=args.drift_every,
         deletion_interval_s=_seconds(args.deletion_interval, "--deletion-interval"),

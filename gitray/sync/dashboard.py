@@ -4,23 +4,31 @@ A :class:`Resolver` turns a cluster into a base URL, in one of three modes:
 
 - ``service``: in-cluster DNS ``http://<cluster>-head-svc.<ns>.svc:<port named dashboard>``;
 - ``pod-ip``:  the head pod's IP and its container port named ``dashboard``;
-- ``proxy``:   the API server's service proxy, for use from outside the cluster.
+- ``proxy``:   the API server's service proxy, for use from outside the cluster. Requests go
+  through the Kubernetes client's own authenticated transport (:meth:`Kube.request`), so every
+  kind of kubeconfig credential works: client certificates, bearer tokens, exec plugins and
+  auth-provider tokens.
 
 Ports are looked up by name, never hard-coded. Token-auth clusters get
 ``x-ray-authorization: Bearer <token>``; the token never appears in errors or logs.
+
+HTTP 401 and 403 are terminal at once, whoever answers them (the API server's RBAC for
+``services/proxy``, or a dashboard with token authentication): waiting does not grant a
+permission.
 """
 
 from __future__ import annotations
 
+import json as _json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from gitray.errors import TerminalError, TransientError
-from gitray.sync.kube import Kube
+from gitray.sync.kube import Kube, RawResponse
 
 __all__ = ["DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
 
@@ -29,6 +37,7 @@ _PROXY_TIMEOUT = httpx.Timeout(20.0)
 # The PUT returns once Serve's controller has the config; a busy head can take a while.
 _DEPLOY_TIMEOUT = httpx.Timeout(60.0, connect=3.0)
 _HEALTHZ_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
+_DENIED = {401, 403}
 _BODY_LIMIT = 4000
 
 
@@ -60,6 +69,75 @@ def _pod_ip(pod: Mapping[str, Any]) -> str:
     return str(status.get("podIP") or status.get("pod_ip") or "")
 
 
+
+class Transport(Protocol):
+    """How a dashboard request travels: straight over HTTP, or through the API server."""
+
+    def request(self, method: str, url: str, *, json: Any = None,
+                params: Mapping[str, str] | None = None,
+                headers: Mapping[str, str] | None = None,
+                timeout: httpx.Timeout) -> RawResponse: ...
+
+    def close(self) -> None: ...
+
+
+class _Direct:
+    """Plain HTTP to a pod IP or an in-cluster DNS name."""
+
+    def __init__(self) -> None:
+        self._client = httpx.Client()
+
+    def request(self, method: str, url: str, *, json: Any = None,
+                params: Mapping[str, str] | None = None,
+                headers: Mapping[str, str] | None = None,
+                timeout: httpx.Timeout) -> RawResponse:
+        try:
+            r = self._client.request(method, url, json=json, params=params, headers=headers,
+                                     timeout=timeout)
+        except httpx.HTTPError as e:
+            raise TransientError(f"Ray dashboard at {_origin(url)} unreachable: "
+                                 f"{type(e).__name__}") from e
+        return RawResponse(r.status_code, r.text, api_server=False)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _ThroughApiServer:
+    """The API server's proxy, with the Kubernetes client's own credentials and TLS."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def request(self, method: str, url: str, *, json: Any = None,
+                params: Mapping[str, str] | None = None,
+                headers: Mapping[str, str] | None = None,
+                timeout: httpx.Timeout) -> RawResponse:
+        return self._kube.request(method, url, body=json, params=params, headers=headers,
+                                  timeout_s=timeout.read or 20.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _origin(url: str) -> str:
+    u = httpx.URL(url)
+    return f"{u.scheme}://{u.netloc.decode()}"
+
+
+def denied(response: RawResponse, where: str, mode: DashboardMode, namespace: str) -> str:
+    """One line for a 401/403: which credential or permission is missing, and what to do."""
+    if response.api_server:
+        return (f"the API server refused gitray's request to {where} through its proxy "
+                f"(HTTP {response.status}): {response.message()}. With --dashboard proxy, "
+                f"gitray's Kubernetes user needs get and update on services/proxy and get on "
+                f"pods/proxy in namespace {namespace}; or run gitray where pod IPs or cluster "
+                f"DNS are reachable (--dashboard pod-ip or service)")
+    return (f"the Ray dashboard of {where} refused the request (HTTP {response.status}): "
+            f"{response.message()}. The cluster requires authentication: give gitray its "
+            f"token with --ray-token-file (dashboard mode {mode.value})")
+
+
 @dataclass(frozen=True)
 class Resolver:
     kube: Kube
@@ -69,24 +147,23 @@ class Resolver:
 
     def serve_client(self, namespace: str, cluster: str) -> ServeClient:
         return ServeClient(self.dashboard_url(namespace, cluster), self._headers(),
-                           self._auth(), _PROXY_TIMEOUT if self.mode is DashboardMode.PROXY
-                           else _DIRECT_TIMEOUT)
+                           self._transport(),
+                           _PROXY_TIMEOUT if self.mode is DashboardMode.PROXY
+                           else _DIRECT_TIMEOUT,
+                           where=f"cluster {namespace}/{cluster}",
+                           mode=self.mode, namespace=namespace)
 
     def _headers(self) -> dict[str, str]:
         return {"x-ray-authorization": f"Bearer {self.token}"} if self.token else {}
 
-    def _auth(self) -> httpx.Client | None:
-        if self.mode is not DashboardMode.PROXY:
-            return None
-        cfg = self.kube.api_client.configuration
-        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
-        headers = {}
-        if cfg.api_key.get("authorization"):
-            headers["authorization"] = cfg.api_key["authorization"]
-        return httpx.Client(verify=cfg.ssl_ca_cert or True, cert=cert, headers=headers,
-                            timeout=_PROXY_TIMEOUT)
+    def _transport(self) -> Transport:
+        if self.mode is DashboardMode.PROXY:
+            return _ThroughApiServer(self.kube)
+        return _Direct()
 
     def dashboard_url(self, namespace: str, cluster: str) -> str:
+        """The dashboard's base URL: absolute for ``pod-ip`` and ``service``; for ``proxy``, a
+        path on the API server."""
         if self.mode is DashboardMode.POD_IP:
             pod = head_pod(self.kube, namespace, cluster)
             if pod is None:
@@ -100,70 +177,83 @@ class Resolver:
                 port = int(p["port"])
         if self.mode is DashboardMode.SERVICE:
             return f"http://{svc_name}.{namespace}.svc.{self.cluster_domain}:{port}"
-        host = self.kube.api_client.configuration.host.rstrip("/")
-        return f"{host}/api/v1/namespaces/{namespace}/services/{svc_name}:dashboard/proxy"
+        return f"/api/v1/namespaces/{namespace}/services/{svc_name}:dashboard/proxy"
 
     def proxy_healthy(self, pod: Mapping[str, Any]) -> bool:
-        """Whether the Serve proxy on this pod answers ``/-/healthz`` (Serve gating)."""
+        """Whether the Serve proxy on this pod answers ``/-/healthz`` (Serve gating).
+
+        Raises TerminalError when the request is refused (401/403): no pod would ever be
+        found healthy."""
         port = named_port(pod, "serve", 8000)
         meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
         if self.mode is DashboardMode.PROXY:
-            host = self.kube.api_client.configuration.host.rstrip("/")
-            url = (f"{host}/api/v1/namespaces/{meta.get('namespace')}/pods/"
-                   f"{meta.get('name')}:{port}/proxy/-/healthz")
-        else:
-            if not _pod_ip(pod):
-                return False
+            url = f"/api/v1/namespaces/{namespace}/pods/{meta.get('name')}:{port}/proxy/-/healthz"
+        elif _pod_ip(pod):
             url = f"http://{_pod_ip(pod)}:{port}/-/healthz"
-        client = self._auth() or httpx.Client(timeout=_HEALTHZ_TIMEOUT)
-        try:
-            with client:
-                return client.get(url).status_code == 200
-        except httpx.HTTPError:
+        else:
             return False
+        transport = self._transport()
+        try:
+            r = transport.request("GET", url, timeout=_HEALTHZ_TIMEOUT)
+        except TransientError:
+            return False
+        finally:
+            transport.close()
+        if r.status in _DENIED:
+            raise TerminalError(denied(r, f"the Serve proxy of pod {namespace}/"
+                                          f"{meta.get('name')}", self.mode, namespace))
+        return r.status == 200
 
 
 class ServeClient:
     """The Ray Serve REST API of one cluster's dashboard."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], client: httpx.Client | None,
-                 timeout: httpx.Timeout) -> None:
+    def __init__(self, base_url: str, headers: Mapping[str, str], transport: Transport,
+                 timeout: httpx.Timeout, *, where: str = "the cluster",
+                 mode: DashboardMode = DashboardMode.POD_IP, namespace: str = "") -> None:
         self.base_url = base_url
-        self._client = client or httpx.Client(timeout=timeout)
+        self._transport = transport
+        self._timeout = timeout
         self._headers = dict(headers)
+        self._where = where
+        self._mode = mode
+        self._namespace = namespace
 
     def __enter__(self) -> ServeClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._client.close()
+        self._transport.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        url = self.base_url + path
-        try:
-            return self._client.request(method, url, headers=self._headers, **kwargs)
-        except httpx.HTTPError as e:
-            raise TransientError(f"Ray dashboard at {self.base_url} unreachable: "
-                                 f"{type(e).__name__}") from None
+    def _request(self, method: str, path: str, *, json: Any = None,
+                 params: Mapping[str, str] | None = None,
+                 timeout: httpx.Timeout | None = None) -> RawResponse:
+        r = self._transport.request(method, self.base_url + path, json=json, params=params,
+                                    timeout=timeout or self._timeout, headers=self._headers)
+        if r.status in _DENIED:
+            raise TerminalError(denied(r, self._where, self._mode, self._namespace))
+        return r
 
     def deploy(self, serve_config: Mapping[str, Any]) -> None:
         """PUT the declarative Serve config. 400 is terminal (Serve's validation message)."""
         r = self._request("PUT", "/api/serve/applications/", json=dict(serve_config),
                           timeout=_DEPLOY_TIMEOUT)
-        if r.is_success:
+        if r.ok:
             return
         body = r.text[:_BODY_LIMIT].strip()
-        if r.status_code in {400, 422}:
-            raise TerminalError(f"Ray Serve rejected the config (HTTP {r.status_code}): {body}")
-        raise TransientError(f"Ray Serve deploy failed (HTTP {r.status_code}): {body[:300]}")
+        if r.status in {400, 422} and not r.api_server:
+            raise TerminalError(f"Ray Serve rejected the config (HTTP {r.status}): {body}")
+        raise TransientError(f"Ray Serve deploy failed (HTTP {r.status}): {r.message()[:300]}")
 
     def applications(self) -> dict[str, Any]:
         r = self._request("GET", "/api/serve/applications/",
                           params={"api_type": "declarative"})
-        if not r.is_success:
-            raise TransientError(f"Ray Serve status unavailable (HTTP {r.status_code})")
+        if not r.ok:
+            raise TransientError(f"Ray Serve status unavailable (HTTP {r.status}): "
+                                 f"{r.message()[:300]}")
         try:
-            data = r.json()
+            data = _json.loads(r.text)
         except ValueError:
             raise TransientError("Ray Serve returned a status that is not JSON") from None
         return data if isinstance(data, dict) else {}
@@ -173,4 +263,3 @@ class ServeClient:
         apps = self.applications().get("applications") or {}
         return {name: (app or {}).get("deployed_app_config") or {}
                 for name, app in apps.items()}
-

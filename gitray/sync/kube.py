@@ -41,7 +41,9 @@ __all__ = [
     "Kube",
     "KubeSettings",
     "NotFoundError",
+    "RawResponse",
     "cluster_configured",
+    "default_namespace",
 ]
 
 FIELD_MANAGER = "gitray"
@@ -66,6 +68,41 @@ class InvalidError(TerminalError):
 
 
 @dataclass(frozen=True)
+class RawResponse:
+    """The answer to a raw request through the API server (e.g. its service proxy)."""
+
+    status: int
+    text: str
+    api_server: bool  # the API server answered itself (a Status object), not the backend
+
+    @classmethod
+    def parse(cls, status: int, text: str) -> RawResponse:
+        return cls(status, text, api_server=_is_status(text))
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def message(self) -> str:
+        """The API server's Status message, or the start of the backend's body."""
+        if self.api_server:
+            with contextlib.suppress(ValueError, AttributeError):
+                return str(json.loads(self.text).get("message") or self.text[:300])
+        return self.text[:300].strip()
+
+
+def _is_status(text: str) -> bool:
+    if not text.startswith("{"):
+        return False
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("kind") == "Status" \
+        and body.get("apiVersion") == "v1"
+
+
+@dataclass(frozen=True)
 class KubeSettings:
     kubeconfig: str | None = None  # default: $KUBECONFIG, ~/.kube/config, or in-cluster
     context: str | None = None
@@ -83,6 +120,36 @@ def cluster_configured(settings: KubeSettings | None = None) -> bool:
     if kubeconfig:
         return any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
     return (Path.home() / ".kube" / "config").is_file()
+
+
+_POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _in_cluster(settings: KubeSettings) -> bool:
+    return not settings.kubeconfig and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def default_namespace(settings: KubeSettings | None = None) -> str:
+    """The namespace kubectl would use: in a pod, the pod's own; otherwise the kubeconfig
+    context's (``--context`` or the current one), and ``default`` when it names none.
+    No connection is made."""
+    settings = settings or KubeSettings()
+    if _in_cluster(settings):
+        try:
+            return _POD_NAMESPACE_FILE.read_text().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(
+            config_file=settings.kubeconfig or os.environ.get("KUBECONFIG", "~/.kube/config"))
+    except (ConfigException, OSError, TypeError) as e:
+        raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from e
+    chosen = current
+    if settings.context:
+        chosen = next((c for c in contexts or [] if c.get("name") == settings.context), None)
+        if chosen is None:
+            raise ConfigError(f"the kubeconfig has no context {settings.context!r}")
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
 def _message(e: ApiException) -> str:
@@ -125,7 +192,7 @@ class Kube:
         settings = settings or KubeSettings()
         configuration = k8s_client.Configuration()
         try:
-            if settings.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            if not _in_cluster(settings):
                 k8s_config.load_kube_config(config_file=settings.kubeconfig,
                                             context=settings.context,
                                             client_configuration=configuration)
@@ -297,6 +364,31 @@ class Kube:
         finally:
             with contextlib.suppress(Exception):
                 w.stop()
+
+    def request(self, method: str, path: str, *, body: Any = None,
+                params: Mapping[str, str] | None = None,
+                headers: Mapping[str, str] | None = None,
+                timeout_s: float = 20.0) -> RawResponse:
+        """A raw request to a path of the API server (e.g. a service proxy URL), sent with the
+        client's own authenticated transport: client certificates, bearer tokens, exec
+        plugins and auth-provider tokens all work as they do for every other call. Any HTTP
+        status is returned, not raised; only an unreachable API server raises."""
+        self.requests += 1
+        header_params = {"Accept": "application/json, */*", **(headers or {})}
+        if body is not None:
+            header_params["Content-Type"] = "application/json"
+        try:
+            call = self.api_client.param_serialize(
+                method, path, query_params=list((params or {}).items()),
+                header_params=header_params, body=body, auth_settings=["BearerToken"])
+            r = self.api_client.call_api(*call, _request_timeout=timeout_s)
+            status, data = int(r.status), r.read()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            where = path.split("/proxy", maxsplit=1)[0]
+            raise TransientError(f"{method} {where}: API server unreachable "
+                                 f"({type(e).__name__})") from e
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+        return RawResponse.parse(status, text)
 
     def server_version(self) -> str:
         api = k8s_client.VersionApi(self.api_client)

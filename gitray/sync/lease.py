@@ -37,7 +37,7 @@ from typing import Any
 
 from gitray.errors import ConfigError, GitrayError, LeaseLostError, TransientError
 from gitray.model import LABEL_MANAGED_BY, MANAGED_BY
-from gitray.sync.kube import Kube
+from gitray.sync.kube import Kube, NotFoundError
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
@@ -494,7 +494,14 @@ class Lease:
                 "metadata": {"name": s.name, "namespace": s.namespace,
                              "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
                 "spec": record.to_spec()}
-        created = self._kube.create(body)  # ConflictError: someone else created it first
+        try:
+            created = self._kube.create(body)  # ConflictError: someone else created it first
+        except NotFoundError as e:
+            if f'namespaces "{s.namespace}" not found' not in str(e):
+                raise
+            raise ConfigError(
+                f"the Lease namespace {s.namespace!r} does not exist: create it (kubectl create "
+                f"namespace {s.namespace}) or choose another with --lease-namespace") from e
         return self._won(created, t0, renewing=False, term=-1)
 
     def _won(self, written: Mapping[str, Any], t0: float, renewing: bool, term: int) -> bool:

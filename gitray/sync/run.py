@@ -116,7 +116,7 @@ def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
 class ExecSettings:
     """How to execute: which Lease, how long to wait for it, how to reach dashboards."""
 
-    lease_namespace: str = "gitray"
+    lease_namespace: str  # no invented default: the CLI resolves it as kubectl would
     lease_name: str = "gitray"
     lease_timeout_s: float = 60.0
     dashboard_mode: DashboardMode = DashboardMode.PROXY
