@@ -67,9 +67,12 @@ def test_deleting_raycluster_removes_pods_and_ray(testenv: TestEnv, namespace: s
     assert testenv.ray_head_alive(head)
 
     testenv.delete_raycluster(namespace, "gone")
-    wait_for(lambda: not testenv.cluster_pods(namespace, "gone"), 90,
+    # Deadlines sized for a loaded 2-core machine (a parallel suite or benchmark): garbage
+    # collection, kwok's pod-delete stage and the runner's stop all slow down under load, and
+    # a clean-clone run once saw the Ray head outlive a 60 s wait.
+    wait_for(lambda: not testenv.cluster_pods(namespace, "gone"), 240,
              what="pods garbage-collected")
-    wait_for(lambda: not testenv.ray_head_alive(head), 60, what="Ray head processes gone")
+    wait_for(lambda: not testenv.ray_head_alive(head), 240, what="Ray head processes gone")
     assert testenv.ray_head_for(pod) is None
     listening = procs.listening_sockets()
     assert not [s for s in listening if s[0] == pod.status.pod_ip], listening
