@@ -384,8 +384,11 @@ def build_base_image(cache_dir: Path | None = None,
     rootfs = work / "rootfs.tmp"
     main, security = _debian_mirrors()
     t0 = time.monotonic()
-    shutil.rmtree(rootfs, ignore_errors=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+    _remove_tree(rootfs)
+    # In a mount namespace of its own: the /proc and /sys debootstrap mounts in the target go
+    # away with it even when it is killed.
+    _run(["unshare", "--mount", "--propagation", "private",
+          "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
           DEBIAN_SUITE, str(rootfs), main], log)
     t_boot = time.monotonic() - t0
     # As the official Debian images: deb822 sources with updates and security, no package
@@ -424,13 +427,32 @@ def build_base_image(cache_dir: Path | None = None,
     }
     write_docker_archive(out, layer, config, BASE_TAG)
     layer.unlink()
-    shutil.rmtree(rootfs)
+    _remove_tree(rootfs)
     for old in out.parent.parent.glob(f"python-3.11-slim-{DEBIAN_SUITE}-*"):
         if old != work:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_tree(old)
     say(f"base image {BASE_TAG}: built (debootstrap {t_boot:.0f}s, "
         f"{out.stat().st_size / 1e6:.0f} MB) [{time.monotonic() - t0:.0f}s]")
     return out
+
+
+def _mounts_under(path: Path) -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(path) or point.startswith(f"{path}/"):
+            points.append(point)
+    return points
+
+
+def _remove_tree(path: Path) -> None:
+    """rmtree, never into a mount: anything still mounted below (a debootstrap run by an older
+    version, killed) is unmounted first, deepest first."""
+    for point in sorted(_mounts_under(path), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+    if _mounts_under(path):
+        raise ImageError(f"still mounted below {path}: {_mounts_under(path)}")
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _slim(rootfs: Path) -> None:
