@@ -577,9 +577,17 @@ def run_in_image(archive: Path, commands: list[list[str]], cache_dir: Path | Non
 
 
 def _prune_old_builds(images: Path, keep: Path) -> None:
-    old = sorted((d for d in images.glob("gitray-*-*") if d.is_dir() and d != keep),
-                 key=lambda d: d.stat().st_mtime, reverse=True)
-    for d in old[KEEP_BUILDS - 1:]:
+    """Keep the newest KEEP_BUILDS archives made on the current base; drop the rest."""
+    def stale(d: Path) -> bool:
+        try:
+            return bool(json.loads((d / "image.json").read_text())["base_key"] != base_key())
+        except (OSError, ValueError, KeyError):
+            return True  # an interrupted build's leftovers
+    others = [d for d in images.glob("gitray-*-*") if d.is_dir() and d != keep]
+    for d in [d for d in others if stale(d)]:
+        shutil.rmtree(d, ignore_errors=True)
+        others.remove(d)
+    for d in sorted(others, key=lambda d: d.stat().st_mtime, reverse=True)[KEEP_BUILDS - 1:]:
         shutil.rmtree(d, ignore_errors=True)
 
 
