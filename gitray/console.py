@@ -1,6 +1,6 @@
 """Terminal output for long runs: one line per step event, throttled progress. No logic.
 
-``[ray-serve/RayService/serve-demo] 4/7 wait-serve-running serve-demo-2e62a: 1/2 apps
+``[ray-serve/RayService/serve-demo] 4/7 wait-serve-running serve-demo-5fd71: 1/2 apps
 DEPLOYING, 35 s``. Progress lines for the same step are printed at most every few seconds.
 """
 
