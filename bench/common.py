@@ -99,14 +99,14 @@ class Env:
     def kube(self) -> Any:
         """gitray's own Kube client (admin credentials of the environment)."""
         if self._kube is None:
-            from gitray.sync.kube import Kube, KubeSettings
+            from gitray.k8s.client import Kube, KubeSettings
 
             self._kube = Kube.connect(KubeSettings(kubeconfig=self.kubeconfig,
                                                    request_timeout_s=60))
         return self._kube
 
     def new_kube(self) -> Any:
-        from gitray.sync.kube import Kube, KubeSettings
+        from gitray.k8s.client import Kube, KubeSettings
 
         return Kube.connect(KubeSettings(kubeconfig=self.kubeconfig, request_timeout_s=60))
 
@@ -573,8 +573,8 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 
 def desired_objects(repo_dir: Path) -> list[dict[str, Any]]:
     """The objects gitray would create for the working tree in ``repo_dir``: materialize()."""
+    from gitray.git.source import read_snapshot
     from gitray.plans.load import load_snapshot
-    from gitray.sync.source import read_snapshot
 
     result = load_snapshot(read_snapshot(str(repo_dir)), {})
     if result.diagnostics:

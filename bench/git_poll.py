@@ -106,8 +106,8 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def measure(commits: int, files: int, reps: int) -> dict[str, Any]:
+    from gitray.git.source import fetch_branch, read_snapshot
     from gitray.plans.load import LoadMemo, load_snapshot
-    from gitray.sync.source import fetch_branch, read_snapshot
 
     work = OUT / f"git-{commits}x{files}"
     if work.exists():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gitray.model import JSON
+from gitray.core.model import JSON
 from gitray.plans.plan import FieldChange
 
 __all__ = ["full_changes", "same_value", "subset_changes"]

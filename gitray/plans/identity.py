@@ -14,10 +14,10 @@ import re
 from fnmatch import fnmatchcase
 from typing import Any
 
-from gitray.config import CLUSTER_SCOPED_KINDS, Config
-from gitray.model import ANN_WAVE, API_VERSION_RAY, Diagnostic, Kind
+from gitray.core.config import CLUSTER_SCOPED_KINDS, Config
+from gitray.core.model import ANN_WAVE, API_VERSION_RAY, Diagnostic, Kind
+from gitray.parsing.yamlsafe import YamlDocument
 from gitray.plans.rules import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, MAX_RAY_NAME
-from gitray.plans.yamlsafe import YamlDocument
 
 __all__ = ["KNOWN_API_VERSIONS", "check_identity", "check_kind"]
 

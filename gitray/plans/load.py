@@ -17,26 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gitray.config import CONFIG_FILE, Config, config_diagnostics
-from gitray.model import (
-    Diagnostic,
-    Kind,
-    ObjectKey,
-    SourceLocation,
-    Workload,
-)
-from gitray.plans.globs import matches_any
-from gitray.plans.identity import check_identity, check_kind
-from gitray.plans.jsonschemas import schema_errors
-from gitray.plans.rules import (
-    check_rules,
-)
-from gitray.plans.yamlsafe import (
+from gitray.core.config import CONFIG_FILE, Config, config_diagnostics
+from gitray.core.model import Diagnostic, Kind, ObjectKey, SourceLocation, Workload
+from gitray.parsing.globs import matches_any
+from gitray.parsing.jsonschemas import schema_errors
+from gitray.parsing.yamlsafe import (
     NodeBudget,
     YamlDocument,
     decode_text,
     format_path,
     parse_documents,
+)
+from gitray.plans.identity import check_identity, check_kind
+from gitray.plans.rules import (
+    check_rules,
 )
 
 __all__ = [

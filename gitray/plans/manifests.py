@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gitray.model import (
+from gitray.core.model import (
     ANN_CLUSTER_HASH,
     ANN_DELETE_AFTER,
     ANN_FAILED,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gitray.config import Config
-from gitray.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
+from gitray.core.config import Config
+from gitray.core.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
 from gitray.plans.manifests import (
     cluster_manifest,
     job_manifest,

@@ -10,8 +10,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gitray.model import JSON, stable_hash
-from gitray.plans.yamlsafe import parse_documents
+from gitray.core.model import JSON, stable_hash
+from gitray.parsing.yamlsafe import parse_documents
 
 __all__ = [
     "NAME_HASH_LENGTH",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gitray.model import JSON, ObjectKey, SourceLocation
+from gitray.core.model import JSON, ObjectKey, SourceLocation
 
 __all__ = [
     "FORMAT_VERSION",
@@ -252,7 +252,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
 
 def plan_schema_problem(data: Any) -> str:
     """The first way ``data`` breaks ``schemas/plan.schema.json``, or "" when it conforms."""
-    from gitray.plans.jsonschemas import schema_errors
+    from gitray.parsing.jsonschemas import schema_errors
 
     for path, message in schema_errors("plan.schema.json", data):
         where = ".".join(str(p) for p in path)

@@ -16,8 +16,8 @@ import fnmatch
 from collections.abc import Sequence
 from datetime import datetime
 
-from gitray.config import Config
-from gitray.model import Kind, LiveState, ObjectKey, Workload
+from gitray.core.config import Config
+from gitray.core.model import Kind, LiveState, ObjectKey, Workload
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob

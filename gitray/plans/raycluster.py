@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gitray.config import Config
-from gitray.model import ANN_SPEC_HASH, LiveObject, ObjectKey, Workload
+from gitray.core.config import Config
+from gitray.core.model import ANN_SPEC_HASH, LiveObject, ObjectKey, Workload
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.manifests import cluster_manifest, object_manifest
 from gitray.plans.names import autoscaling_enabled, blank_autoscaler_fields, object_spec_hash

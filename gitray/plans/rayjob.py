@@ -7,8 +7,8 @@ retention count are deleted, oldest first; a superseded run still going is left 
 
 from __future__ import annotations
 
-from gitray.config import Config
-from gitray.model import LiveObject, ObjectKey, Workload
+from gitray.core.config import Config
+from gitray.core.model import LiveObject, ObjectKey, Workload
 from gitray.plans.manifests import job_manifest
 from gitray.plans.plan import Action, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gitray.config import Config
-from gitray.model import (
+from gitray.core.config import Config
+from gitray.core.model import (
     ANN_DELETE_AFTER,
     ANN_FAILED,
     ANN_SERVE_CONFIG_HASH,

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 
-from gitray.model import JSON
+from gitray.core.model import JSON
 from gitray.plans.plan import Action, FieldChange, Plan, Step, StepType, WorkloadPlan, plan_to_json
 
 __all__ = ["COMMENT_MARKER", "Format", "describe_step", "render", "summary_line"]

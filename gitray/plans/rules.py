@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gitray.model import Diagnostic, Kind, SourceLocation
-from gitray.plans.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
+from gitray.core.model import Diagnostic, Kind, SourceLocation
+from gitray.parsing.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
 

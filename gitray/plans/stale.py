@@ -8,7 +8,7 @@ gives different steps (Terraform's "inconsistent final plan" check).
 
 from __future__ import annotations
 
-from gitray.model import LiveState
+from gitray.core.model import LiveState
 from gitray.plans.plan import Plan
 
 __all__ = ["stale_reasons"]

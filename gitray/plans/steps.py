@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gitray.model import ANN_WAVE, JSON, LiveObject, ObjectKey
+from gitray.core.model import ANN_WAVE, JSON, LiveObject, ObjectKey
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
 
 __all__ = ["StepList", "delete_params", "live_wave", "removal_plan"]

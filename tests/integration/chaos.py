@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gitray.sync.failpoints import ENV_VAR
+from gitray.engine.failpoints import ENV_VAR
 from tests.integration.gitops import REPO_ROOT, dump
 from tests.testenv import control, procs
 from tests.testenv.helpers import TestEnv, wait_for
@@ -175,7 +175,7 @@ def start_replica(kubeconfig: str, lease_namespace: str, remote: Path | str, wor
                   name: str, interval: str = "1s", extra: tuple[str, ...] = (),
                   failpoints: Path | None = None, env: dict[str, str] | None = None) -> Replica:
     """``remote``: a bare repository's path, or any URL. ``extra`` flags come last (so they
-    override the defaults here). ``failpoints``: the file gitray.sync.failpoints reads (the
+    override the defaults here). ``failpoints``: the file gitray.engine.failpoints reads (the
     test writes it). ``env``: added to the environment. stdout and stderr go to the log."""
     port = free_port()
     log = workdir / f"sync-{name}.log"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gitray.model import ObjectKey
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.progress import ProgressStore, Record, RunState
+from gitray.core.model import ObjectKey
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.k8s.client import Kube, KubeSettings
 from tests.integration.gitops import (
     CALC,
     GREETER,

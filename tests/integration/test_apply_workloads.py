@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from gitray.config import Config
-from gitray.errors import LeaseLostError
-from gitray.model import ObjectKey, SourceLocation, Workload
+from gitray.core.config import Config
+from gitray.core.errors import LeaseLostError
+from gitray.core.model import ObjectKey, SourceLocation, Workload
+from gitray.engine.actions import Actions
+from gitray.engine.executor import Executor
+from gitray.engine.progress import ProgressStore
+from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.live import read_live_state
 from gitray.plans.materialize import materialize
 from gitray.plans.planner import compute_plan
-from gitray.sync.actions import Actions
-from gitray.sync.cluster import read_live_state
-from gitray.sync.dashboard import DashboardMode, Resolver
-from gitray.sync.executor import Executor
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings
-from gitray.sync.progress import ProgressStore
+from gitray.ray.dashboard import DashboardMode, Resolver
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config, output
 from tests.testenv.helpers import TestEnv, wait_for
 

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gitray.config import Config, env_overrides, parse_config
-from gitray.model import (
+from gitray.core.config import Config, env_overrides, parse_config
+from gitray.core.model import (
     ANN_DELETE_AFTER,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -39,11 +39,11 @@ from gitray.model import (
     ObjectKey,
     SourceLocation,
 )
+from gitray.engine.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
+from gitray.k8s.client import ForbiddenError, Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.live import managed_selector, read_live_state
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
-from gitray.sync.cluster import managed_selector, read_live_state
-from gitray.sync.kube import ForbiddenError, Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings
-from gitray.sync.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
 from tests.integration.gitops import GitOpsRepo, Gitray, dump, gitray_config, output
 from tests.testenv import control
 from tests.testenv.helpers import TestEnv, raycluster_manifest, wait_for

@@ -1,7 +1,7 @@
 """Faults against real `gitray sync` processes (issue 6, items 1-3).
 
 - Leader failover at every step boundary of a blue-green upgrade: two replicas share a Lease;
-  the leader stops itself at the boundary (a failpoint, gitray.sync.failpoints: right after
+  the leader stops itself at the boundary (a failpoint, gitray.engine.failpoints: right after
   step k of 7 is recorded, or after its effect but before it is recorded) and is SIGKILLed
   there; the other replica takes over, resumes the run record and converges. Across every
   run: one pending cluster per upgrade (every RayCluster ever ADDED is recorded by a watch),
@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from gitray.model import ObjectKey
-from gitray.sync.failpoints import Point
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.progress import ProgressStore, Record, RunState
+from gitray.core.model import ObjectKey
+from gitray.engine.failpoints import Point
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.k8s.client import Kube, KubeSettings
 from tests.integration.chaos import (
     ClusterWatch,
     Replica,

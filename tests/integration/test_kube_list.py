@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitray.sync import kube as kube_module
-from gitray.sync.kube import Kube, KubeSettings
+from gitray.k8s import client as kube_module
+from gitray.k8s.client import Kube, KubeSettings
 from tests.testenv.helpers import TestEnv
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gitray.errors import LeaseLostError
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseBusyError, LeaseSettings
+from gitray.core.errors import LeaseLostError
+from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseBusyError, LeaseSettings
 from tests.testenv.helpers import TestEnv, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -310,9 +310,9 @@ def test_the_same_holder_in_another_epoch_is_fenced(electors: Electors, testenv:
 
 PAUSED_CHILD = """
 import sys
-from gitray.errors import LeaseLostError
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings
+from gitray.core.errors import LeaseLostError
+from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseSettings
 
 kube = Kube.connect(KubeSettings(kubeconfig=sys.argv[1], request_timeout_s=5))
 lease = Lease(kube, LeaseSettings(namespace=sys.argv[2], identity="paused",

@@ -12,12 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gitray.errors import LeaseLostError, TerminalError
-from gitray.model import ObjectKey, SourceLocation
-from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
-from gitray.sync.kube import ConflictError, Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings
-from gitray.sync.progress import (
+from gitray.core.errors import LeaseLostError, TerminalError
+from gitray.core.model import ObjectKey, SourceLocation
+from gitray.engine.progress import (
     MAX_MESSAGE_CHARS,
     ProgressStore,
     Record,
@@ -29,6 +26,9 @@ from gitray.sync.progress import (
     record_to_json,
     utc_now,
 )
+from gitray.k8s.client import ConflictError, Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
 from tests.testenv.helpers import TestEnv
 
 INSTANCE = "test"

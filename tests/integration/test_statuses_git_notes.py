@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gitray.config import StatusProvider, StatusSettings
-from gitray.sync.statuses import (
+from gitray.core.config import StatusProvider, StatusSettings
+from gitray.hosts.publisher import (
     NOTES_REF,
     CommitStatus,
     GitNotesProvider,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from gitray.config import StatusProvider, StatusSettings
-from gitray.model import ObjectKey
-from gitray.sync.comments import marker_for, upsert_plan_comment
-from gitray.sync.statuses import (
+from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.model import ObjectKey
+from gitray.hosts.comments import marker_for, upsert_plan_comment
+from gitray.hosts.publisher import (
     NOTES_REF,
     CommitStatus,
     GitNotesProvider,

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from gitray.config import Config
-from gitray.model import (
+from gitray.core.config import Config
+from gitray.core.model import (
     ANN_DELETE_AFTER,
     ANN_FAILED,
     ANN_SERVE_CONFIG_HASH,

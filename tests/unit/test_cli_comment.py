@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitray.cli import main
+from gitray.cli.app import main
 from tests.githost.server import GitHost
 
 EXAMPLES = Path(__file__).parents[2] / "examples-repo"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitray.config import (
+from gitray.core.config import (
     Config,
     RayJobSettings,
     RayServiceSettings,
@@ -17,8 +17,8 @@ from gitray.config import (
     parse_config,
     parse_duration,
 )
-from gitray.errors import ConfigError
-from gitray.plans.globs import glob_problem, matches_any
+from gitray.core.errors import ConfigError
+from gitray.parsing.globs import glob_problem, matches_any
 
 HEADER = "apiVersion: gitray.io/v1alpha1\nkind: Config\n"
 

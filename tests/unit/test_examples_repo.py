@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitray.model import ObjectKey, Workload
+from gitray.core.model import ObjectKey, Workload
+from gitray.git.source import read_snapshot
 from gitray.plans.load import LoadResult, load_snapshot
-from gitray.sync.source import read_snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples-repo"
 

@@ -1,4 +1,4 @@
-"""gitray.sync.failpoints stops the process at the named point only, and only when asked."""
+"""gitray.engine.failpoints stops the process at the named point only, and only when asked."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gitray.sync.failpoints import ENV_VAR
+from gitray.engine.failpoints import ENV_VAR
 
 PROGRAM = """
 import sys
-from gitray.sync import failpoints
+from gitray.engine import failpoints
 failpoints.hit(failpoints.Point.STEP_DONE, 3)
 failpoints.hit(failpoints.Point.STEP_RECORDED, 2)
 print("passed", flush=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gitray.errors import ConfigError
-from gitray.sync.dashboard import DashboardMode, denied
-from gitray.sync.kube import KubeSettings, RawResponse, default_namespace
+from gitray.core.errors import ConfigError
+from gitray.k8s.client import KubeSettings, RawResponse, default_namespace
+from gitray.ray.dashboard import DashboardMode, denied
 
 KUBECONFIG = """\
 apiVersion: v1

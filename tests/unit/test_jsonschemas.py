@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitray.plans.jsonschemas import _compiled, _validator
+from gitray.parsing.jsonschemas import _compiled, _validator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples-repo"
 Path_ = tuple[str | int, ...]

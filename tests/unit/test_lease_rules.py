@@ -12,8 +12,8 @@ import socket
 
 import pytest
 
-from gitray.errors import ConfigError
-from gitray.sync.lease import (
+from gitray.core.errors import ConfigError
+from gitray.k8s.lease import (
     LeaseRecord,
     LeaseSettings,
     Observation,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gitray.model import Diagnostic, ObjectKey, SourceLocation
+from gitray.core.model import Diagnostic, ObjectKey, SourceLocation
+from gitray.parsing import yamlsafe
+from gitray.parsing.yamlsafe import MAX_NODES
 from gitray.plans import load as load_module
-from gitray.plans import yamlsafe
 from gitray.plans.load import (
     MAX_DIAGNOSTICS_PER_FILE,
     MAX_FILE_BYTES,
@@ -26,7 +27,6 @@ from gitray.plans.load import (
     Snapshot,
     load_snapshot,
 )
-from gitray.plans.yamlsafe import MAX_NODES
 
 
 @pytest.fixture(autouse=True, params=["c", "pure"])

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from gitray.config import Config, RayServiceSettings
-from gitray.model import LiveState, ObjectKey, Workload
+from gitray.core.config import Config, RayServiceSettings
+from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.names import service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gitray.model import LiveState
+from gitray.core.model import LiveState
 from gitray.plans.plan import Plan, plan_from_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import COMMENT_MARKER, Format, render

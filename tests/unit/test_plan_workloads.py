@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from gitray.config import Config, RayJobSettings
-from gitray.model import LiveObject, LiveState, ObjectKey, Workload
+from gitray.core.config import Config, RayJobSettings
+from gitray.core.model import LiveObject, LiveState, ObjectKey, Workload
 from gitray.plans.manifests import job_manifest
 from gitray.plans.materialize import as_live
 from gitray.plans.names import job_run_name

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitray.model import LiveObject, LiveState
+from gitray.core.model import LiveObject, LiveState
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
 from tests.unit.builders import CONFIG, NOW, live, raycluster, rayservice

@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitray.config import StatusProvider, StatusSettings
-from gitray.errors import ConfigError, TransientError
-from gitray.model import ObjectKey
-from gitray.sync import statuses
-from gitray.sync.comments import marker_for, upsert_plan_comment
-from gitray.sync.statuses import (
+from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.errors import ConfigError, TransientError
+from gitray.core.model import ObjectKey
+from gitray.hosts import publisher as statuses
+from gitray.hosts.comments import marker_for, upsert_plan_comment
+from gitray.hosts.publisher import (
     CommitStatus,
     NullProvider,
     State,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from gitray.config import StatusProvider, StatusSettings
-from gitray.errors import ConfigError
-from gitray.sync.statuses import HostApi, redact
+from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.errors import ConfigError
+from gitray.hosts.publisher import HostApi, redact
 
 __all__ = ["BODY_LIMITS", "marker_for", "upsert_plan_comment"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gitray.errors import LeaseLostError, TerminalError, TransientError
-from gitray.model import (
+from gitray.core.errors import LeaseLostError, TerminalError, TransientError
+from gitray.core.model import (
     ANN_DELETE_AFTER,
     ANN_SERVE_CONFIG_HASH,
     API_VERSION_RAY,
@@ -25,11 +25,11 @@ from gitray.model import (
     LABEL_SERVE,
     MANAGED_BY,
 )
+from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.serve import ServeState, serve_verdict
-from gitray.sync.dashboard import Resolver
-from gitray.sync.kube import Kube
+from gitray.ray.dashboard import Resolver
 
 __all__ = ["Actions", "Clock", "cluster_ready"]
 

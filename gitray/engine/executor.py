@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gitray.config import Config
-from gitray.errors import LeaseLostError, TerminalError, TransientError
-from gitray.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.core.config import Config
+from gitray.core.errors import LeaseLostError, TerminalError, TransientError
+from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.engine import failpoints
+from gitray.engine.actions import Actions
+from gitray.engine.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
-from gitray.sync import failpoints
-from gitray.sync.actions import Actions
-from gitray.sync.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
 
 __all__ = ["Executor", "Fence", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
 

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gitray.sync.metrics import Metrics
+from gitray.daemon.metrics import Metrics
 
 __all__ = ["HttpEndpoints", "Probes", "verify_signature"]
 

@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from gitray.errors import LeaseLostError, TerminalError
-from gitray.model import (
+from gitray.core.errors import LeaseLostError, TerminalError
+from gitray.core.model import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
@@ -38,9 +38,9 @@ from gitray.model import (
     ObjectKey,
     stable_hash,
 )
+from gitray.k8s.client import ConflictError, Kube
 from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
 from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
-from gitray.sync.kube import ConflictError, Kube
 
 __all__ = [
     "ANN_PROGRESS_FOR",

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitray.errors import ConfigError, GitrayError, LeaseLostError, TransientError
-from gitray.model import LABEL_MANAGED_BY, MANAGED_BY
-from gitray.sync.kube import Kube, NotFoundError
+from gitray.core.errors import ConfigError, GitrayError, LeaseLostError, TransientError
+from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
+from gitray.k8s.client import Kube, NotFoundError
 
 __all__ = [
     "DEFAULT_LEASE_NAME",

@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from gitray.errors import ConfigError, TerminalError, TransientError
+from gitray.core.errors import ConfigError, TerminalError, TransientError
 
 __all__ = [
     "FIELD_MANAGER",

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gitray.errors import ConfigError
-from gitray.model import Diagnostic, Kind, SourceLocation
-from gitray.plans.globs import glob_problem
-from gitray.plans.jsonschemas import load_schema, schema_errors
-from gitray.plans.yamlsafe import JsonPath, decode_text, format_path, parse_documents
+from gitray.core.errors import ConfigError
+from gitray.core.model import Diagnostic, Kind, SourceLocation
+from gitray.parsing.globs import glob_problem
+from gitray.parsing.jsonschemas import load_schema, schema_errors
+from gitray.parsing.yamlsafe import JsonPath, decode_text, format_path, parse_documents
 
 __all__ = [
     "CLUSTER_SCOPED_KINDS",

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TextIO
 
-from gitray.sync.executor import StepEvent
+from gitray.engine.executor import StepEvent
 
 __all__ = ["ConsoleReporter"]
 

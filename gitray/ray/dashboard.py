@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from gitray.errors import TerminalError, TransientError
-from gitray.sync.kube import Kube, RawResponse
+from gitray.core.errors import TerminalError, TransientError
+from gitray.k8s.client import Kube, RawResponse
 
 __all__ = ["DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gitray.config import Config
-from gitray.model import (
+from gitray.core.config import Config
+from gitray.core.model import (
     API_VERSION_RAY,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -21,7 +21,7 @@ from gitray.model import (
     LiveObject,
     LiveState,
 )
-from gitray.sync.kube import ForbiddenError, Kube
+from gitray.k8s.client import ForbiddenError, Kube
 
 __all__ = ["SUPPORTING_API_VERSIONS", "live_kinds", "managed_selector", "read_live_state"]
 

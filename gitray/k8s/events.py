@@ -9,10 +9,10 @@ import logging
 import secrets
 from datetime import UTC, datetime
 
-from gitray.errors import GitrayError
-from gitray.model import ObjectKey
+from gitray.core.errors import GitrayError
+from gitray.core.model import ObjectKey
+from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
-from gitray.sync.kube import Kube
 
 __all__ = ["EventRecorder"]
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gitray.model import Diagnostic
+    from gitray.core.model import Diagnostic
 
 __all__ = [
     "ConfigError",

@@ -39,8 +39,8 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.reader import ReaderError
 
-from gitray.model import Diagnostic, SourceLocation
-from gitray.plans.yamlscalars import CORE, resolve_scalar, tag_text, unsupported_tag
+from gitray.core.model import Diagnostic, SourceLocation
+from gitray.parsing.yamlscalars import CORE, resolve_scalar, tag_text, unsupported_tag
 
 __all__ = [
     "MAX_ALIAS_NODES",

@@ -44,9 +44,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from gitray.config import StatusProvider, StatusSettings
-from gitray.errors import ConfigError, GitrayError, TransientError
-from gitray.model import ObjectKey
+from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.errors import ConfigError, GitrayError, TransientError
+from gitray.core.model import ObjectKey
 
 __all__ = [
     "NOTES_REF",

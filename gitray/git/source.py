@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from gitray.errors import SourceError
+from gitray.core.errors import SourceError
 from gitray.plans.load import (
     MAX_FILE_BYTES,
     MAX_FILES,

@@ -17,22 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from gitray import __version__
-from gitray.config import env_overrides, parse_duration
-from gitray.console import ConsoleReporter
-from gitray.errors import GitrayError, UserError, ValidationError
-from gitray.logs import setup_logging
-from gitray.model import LiveState
-from gitray.plans.load import LoadResult, Snapshot, load_snapshot
-from gitray.plans.materialize import materialize
-from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
-from gitray.plans.planner import compute_plan
-from gitray.plans.render import Format, render
-from gitray.sync.comments import upsert_plan_comment
-from gitray.sync.daemon import Daemon, DaemonSettings
-from gitray.sync.dashboard import DashboardMode, Resolver
-from gitray.sync.executor import Outcome
-from gitray.sync.kube import Kube, KubeSettings, cluster_configured, default_namespace
-from gitray.sync.run import (
+from gitray.cli.console import ConsoleReporter
+from gitray.cli.status import render_status, workload_status
+from gitray.core.config import env_overrides, parse_duration
+from gitray.core.errors import GitrayError, UserError, ValidationError
+from gitray.core.model import LiveState
+from gitray.daemon.daemon import Daemon, DaemonSettings
+from gitray.daemon.logs import setup_logging
+from gitray.engine.apply import (
     Desired,
     ExecSettings,
     check_saved_plan,
@@ -42,9 +34,17 @@ from gitray.sync.run import (
     read_live,
     snapshot_revision,
 )
-from gitray.sync.source import read_snapshot
-from gitray.sync.status import render_status, workload_status
-from gitray.sync.statuses import token_from
+from gitray.engine.executor import Outcome
+from gitray.git.source import read_snapshot
+from gitray.hosts.comments import upsert_plan_comment
+from gitray.hosts.publisher import token_from
+from gitray.k8s.client import Kube, KubeSettings, cluster_configured, default_namespace
+from gitray.plans.load import LoadResult, Snapshot, load_snapshot
+from gitray.plans.materialize import materialize
+from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
+from gitray.plans.planner import compute_plan
+from gitray.plans.render import Format, render
+from gitray.ray.dashboard import DashboardMode, Resolver
 
 __all__ = ["main"]
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gitray.errors import GitrayError
-from gitray.model import Kind, ObjectKey
+from gitray.core.errors import GitrayError
+from gitray.core.model import Kind, ObjectKey
+from gitray.engine.apply import Desired, read_live
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.k8s.client import Kube
 from gitray.plans.rayservice import read_rayservice_live
-from gitray.sync.dashboard import Resolver
-from gitray.sync.kube import Kube
-from gitray.sync.progress import ProgressStore, Record, RunState
-from gitray.sync.run import Desired, read_live
+from gitray.ray.dashboard import Resolver
 
 __all__ = ["StatusRow", "render_status", "workload_status"]
 

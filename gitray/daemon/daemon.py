@@ -33,35 +33,22 @@ from typing import Any
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from gitray.errors import (
+from gitray.core.errors import (
     GitrayError,
     Interrupted,
     SourceError,
     TransientError,
     ValidationError,
 )
-from gitray.model import ANN_DELETE_AFTER, LiveState, ObjectKey
-from gitray.plans.load import LoadMemo, Snapshot
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
-from gitray.plans.rayservice import parse_deadline
-from gitray.sync.actions import Actions
-from gitray.sync.dashboard import DashboardMode, Resolver
-from gitray.sync.events import EventRecorder
-from gitray.sync.executor import Executor, Outcome, StepEvent, WorkloadOutcome
-from gitray.sync.http import HttpEndpoints, Probes
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import LAPSE_MARGIN_S, Lease, LeaseSettings, default_identity
-from gitray.sync.metrics import Metrics
-from gitray.sync.progress import ProgressStore, Record, RunState
-from gitray.sync.run import Desired, desired_config, desired_from, live_plan, resumable
-from gitray.sync.source import (
-    fetch_branch,
-    is_ancestor,
-    read_snapshot,
-    redact,
-    verify_commit,
-)
-from gitray.sync.statuses import (
+from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
+from gitray.daemon.http import HttpEndpoints, Probes
+from gitray.daemon.metrics import Metrics
+from gitray.engine.actions import Actions
+from gitray.engine.apply import Desired, desired_config, desired_from, live_plan, resumable
+from gitray.engine.executor import Executor, Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.git.source import fetch_branch, is_ancestor, read_snapshot, redact, verify_commit
+from gitray.hosts.publisher import (
     CommitStatus,
     PublishCounts,
     State,
@@ -70,6 +57,13 @@ from gitray.sync.statuses import (
     make_publisher,
     step_description,
 )
+from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.events import EventRecorder
+from gitray.k8s.lease import LAPSE_MARGIN_S, Lease, LeaseSettings, default_identity
+from gitray.plans.load import LoadMemo, Snapshot
+from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.rayservice import parse_deadline
+from gitray.ray.dashboard import DashboardMode, Resolver
 
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
 
@@ -301,7 +295,7 @@ class Daemon:
             return  # no old cluster is due yet: no need to read the cluster
         cache = self.settings.cache_dir
         if cache is None:
-            from gitray.sync.source import default_cache_dir
+            from gitray.git.source import default_cache_dir
 
             cache = default_cache_dir(self.settings.repo)
         self.sync(cache, self.state.synced, "deletions")

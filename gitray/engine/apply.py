@@ -12,20 +12,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitray.config import CONFIG_FILE, Config, parse_config
-from gitray.errors import StalePlanError, ValidationError
-from gitray.model import LiveState, ObjectKey, Workload, stable_hash
+from gitray.core.config import CONFIG_FILE, Config, parse_config
+from gitray.core.errors import StalePlanError, ValidationError
+from gitray.core.model import LiveState, ObjectKey, Workload, stable_hash
+from gitray.engine.actions import Actions
+from gitray.engine.executor import Executor, Reporter, StepEvent, WorkloadOutcome
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.lease import Lease, LeaseSettings, default_identity
+from gitray.k8s.live import read_live_state
 from gitray.plans.load import LoadMemo, LoadResult, Snapshot, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
-from gitray.sync.actions import Actions
-from gitray.sync.cluster import read_live_state
-from gitray.sync.dashboard import DashboardMode, Resolver
-from gitray.sync.executor import Executor, Reporter, StepEvent, WorkloadOutcome
-from gitray.sync.kube import Kube, KubeSettings
-from gitray.sync.lease import Lease, LeaseSettings, default_identity
-from gitray.sync.progress import ProgressStore, Record, RunState
+from gitray.ray.dashboard import DashboardMode, Resolver
 
 __all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_config", "desired_from",
            "execute",
