@@ -19,9 +19,10 @@ from typing import Any
 from gitray import __version__
 from gitray.cli.console import ConsoleReporter
 from gitray.cli.status import render_status, workload_status
-from gitray.core.config import env_overrides, parse_duration
+from gitray.core.config import parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.model import LiveState
+from gitray.core.snapshot import Snapshot
 from gitray.daemon.daemon import Daemon, DaemonSettings
 from gitray.daemon.logs import setup_logging
 from gitray.engine.apply import (
@@ -39,7 +40,8 @@ from gitray.git.source import read_snapshot
 from gitray.hosts.comments import upsert_plan_comment
 from gitray.hosts.publisher import token_from
 from gitray.k8s.client import Kube, KubeSettings, cluster_configured, default_namespace
-from gitray.plans.load import LoadResult, Snapshot, load_snapshot
+from gitray.parsing.config import env_overrides
+from gitray.plans.load import LoadResult, load_snapshot
 from gitray.plans.materialize import materialize
 from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
 from gitray.plans.planner import compute_plan

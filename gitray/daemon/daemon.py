@@ -41,6 +41,8 @@ from gitray.core.errors import (
     ValidationError,
 )
 from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
+from gitray.core.snapshot import Snapshot
+from gitray.core.timefmt import parse_timestamp
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
 from gitray.engine.actions import Actions
@@ -58,11 +60,10 @@ from gitray.hosts.publisher import (
     step_description,
 )
 from gitray.k8s.client import Kube, KubeSettings
-from gitray.k8s.events import EventRecorder
+from gitray.k8s.events import EventRecorder, EventTarget
 from gitray.k8s.lease import LAPSE_MARGIN_S, Lease, LeaseSettings, default_identity
-from gitray.plans.load import LoadMemo, Snapshot
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
-from gitray.plans.rayservice import parse_deadline
+from gitray.plans.load import LoadMemo
+from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 from gitray.ray.dashboard import DashboardMode, Resolver
 
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
@@ -465,8 +466,9 @@ class Daemon:
                 self.metrics.steps.labels(step.type.value, result).inc()
                 log.log(logging.INFO if result == "ok" else logging.ERROR, "%s step %d/%d %s: %s",
                         event.key, event.index, event.total, step.type.value, event.detail)
-                if result == "ok" and step.type.mutates:
-                    self.events.record(event.key, step, event.detail)
+                target = event_target(step)
+                if result == "ok" and step.type.mutates and target is not None:
+                    self.events.record(event.key, target, event.detail)
             elif event.phase == "progress":
                 log.debug("%s step %d/%d: %s", event.key, event.index, event.total,
                           event.detail)
@@ -526,9 +528,38 @@ class StatusBridge:
         self._seen = now
 
 
+_TARGET_KIND = {
+    StepType.CREATE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.UPDATE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.DEPLOY_SERVE: ("ray.io/v1", "RayCluster"),
+    StepType.SCHEDULE_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
+    StepType.CANCEL_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
+    StepType.DELETE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.CANCEL_UPGRADE: ("ray.io/v1", "RayCluster"),
+    StepType.CREATE_SERVICE: ("v1", "Service"),
+    StepType.SWITCH_SERVICE: ("v1", "Service"),
+    StepType.DELETE_SERVICE: ("v1", "Service"),
+    StepType.CREATE_JOB: ("ray.io/v1", "RayJob"),
+    StepType.DELETE_JOB: ("ray.io/v1", "RayJob"),
+}
+
+
+def event_target(step: Step) -> EventTarget | None:
+    """The object a step changed, for its Kubernetes Event (None: no Event)."""
+    api, kind = _TARGET_KIND.get(step.type, ("", ""))
+    if step.type in {StepType.APPLY_OBJECT, StepType.DELETE_OBJECT}:
+        manifest = step.params.get("manifest") or {}
+        api = str(manifest.get("apiVersion") or step.params.get("apiVersion") or "v1")
+        kind = str(manifest.get("kind") or step.params.get("kind") or "")
+    if not kind:
+        return None
+    reason = "".join(part.capitalize() for part in step.type.value.split("-"))
+    return EventTarget(api, kind, step.target, reason)
+
+
 def _earliest_deadline(live: LiveState) -> float:
     """Wall time of the earliest persisted deletion deadline, inf when there is none."""
-    deadlines = [parse_deadline(o.annotations.get(ANN_DELETE_AFTER, ""))
+    deadlines = [parse_timestamp(o.annotations.get(ANN_DELETE_AFTER, ""))
                  for o in live.objects if ANN_DELETE_AFTER in o.annotations]
     times = [d.timestamp() if d is not None else 0.0 for d in deadlines]
     return min(times, default=math.inf)

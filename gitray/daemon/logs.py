@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from gitray.core.timefmt import utc_timestamp
+
 __all__ = ["setup_logging"]
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
@@ -15,7 +17,7 @@ _STANDARD = set(vars(logging.makeLogRecord({})))
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         data = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": utc_timestamp(datetime.fromtimestamp(record.created, UTC), digits=3),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

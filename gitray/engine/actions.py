@@ -25,6 +25,7 @@ from gitray.core.model import (
     LABEL_SERVE,
     MANAGED_BY,
 )
+from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
@@ -58,10 +59,6 @@ def cluster_ready(cluster: Mapping[str, Any]) -> bool:
         return True
     return any(c.get("type") == "HeadPodReady" and c.get("status") == "True"
                for c in status.get("conditions") or [])
-
-
-def _rfc3339(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Actions:
@@ -196,7 +193,7 @@ class Actions:
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         if annotations.get(ANN_DELETE_AFTER):
             return f"deletion already scheduled at {annotations[ANN_DELETE_AFTER]}"
-        when = _rfc3339(self.clock.now() + timedelta(seconds=int(step.params["delaySeconds"])))
+        when = utc_timestamp(self.clock.now() + timedelta(seconds=int(step.params["delaySeconds"])))
         self.kube.patch(API_VERSION_RAY, "RayCluster", ns, step.target,
                         {"metadata": {"annotations": {ANN_DELETE_AFTER: when}}})
         return f"{step.target} will be deleted after {when}"

@@ -5,23 +5,24 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitray.core.config import CONFIG_FILE, Config, parse_config
+from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, ValidationError
 from gitray.core.model import LiveState, ObjectKey, Workload, stable_hash
+from gitray.core.snapshot import Snapshot
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube, KubeSettings
 from gitray.k8s.lease import Lease, LeaseSettings, default_identity
 from gitray.k8s.live import read_live_state
-from gitray.plans.load import LoadMemo, LoadResult, Snapshot, load_snapshot
+from gitray.parsing.config import parse_config
+from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
@@ -79,7 +80,7 @@ def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
 
 def _scope(desired: Desired) -> list[str]:
     namespaces = {w.key.namespace for w in desired.workloads}
-    namespaces |= {g for g in desired.config.allowed_namespaces if not set(g) & set("*?[")}
+    namespaces |= desired.config.literal_namespaces()
     return sorted(namespaces)
 
 
@@ -89,9 +90,7 @@ def read_live(kube: Kube, desired: Desired) -> LiveState:
     apis = {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
     live = read_live_state(kube, desired.config, namespaces=_scope(desired),
                            desired_api_versions=apis)
-    allowed = desired.config.allowed_namespaces
-    return LiveState(tuple(o for o in live.objects
-                           if any(fnmatch.fnmatchcase(o.namespace, g) for g in allowed)))
+    return LiveState(tuple(o for o in live.objects if desired.config.allows(o.namespace)))
 
 
 def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None

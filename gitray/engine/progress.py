@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -38,6 +37,7 @@ from gitray.core.model import (
     ObjectKey,
     stable_hash,
 )
+from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import ConflictError, Kube
 from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
 from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
@@ -89,7 +89,7 @@ class StepStatus(StrEnum):
 
 def utc_now() -> str:
     """Now as ISO 8601 UTC with milliseconds, e.g. ``2026-11-30T09:35:49.123Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc_timestamp(digits=3)
 
 
 def trim_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

@@ -31,7 +31,7 @@ import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from gitray.core.errors import SourceError
-from gitray.plans.load import (
+from gitray.core.snapshot import (
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,

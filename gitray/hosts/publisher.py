@@ -36,7 +36,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +46,7 @@ import httpx
 from gitray.core.config import StatusProvider, StatusSettings
 from gitray.core.errors import ConfigError, GitrayError, TransientError
 from gitray.core.model import ObjectKey
+from gitray.core.timefmt import utc_timestamp
 
 __all__ = [
     "NOTES_REF",
@@ -454,7 +454,7 @@ class GitNotesProvider:
             records[status.context] = {
                 "context": status.context, "state": str(status.state),
                 "description": status.description, "target_url": status.target_url,
-                "at": datetime.now(UTC).isoformat(timespec="microseconds"),
+                "at": utc_timestamp(digits=6),
             }
             text = "".join(json.dumps(records[c], sort_keys=True) + "\n" for c in sorted(records))
             self._git("notes", f"--ref={NOTES_REF}", "add", "-f", "-F", "-", status.sha,

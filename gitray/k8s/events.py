@@ -7,35 +7,26 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
+from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Step, StepType
 
-__all__ = ["EventRecorder"]
+__all__ = ["EventRecorder", "EventTarget"]
 
 log = logging.getLogger("gitray.events")
 
-_TARGET_KIND = {
-    StepType.CREATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.UPDATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.DEPLOY_SERVE: ("ray.io/v1", "RayCluster"),
-    StepType.SCHEDULE_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.DELETE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_UPGRADE: ("ray.io/v1", "RayCluster"),
-    StepType.CREATE_SERVICE: ("v1", "Service"),
-    StepType.SWITCH_SERVICE: ("v1", "Service"),
-    StepType.DELETE_SERVICE: ("v1", "Service"),
-    StepType.CREATE_JOB: ("ray.io/v1", "RayJob"),
-    StepType.DELETE_JOB: ("ray.io/v1", "RayJob"),
-}
 
+@dataclass(frozen=True)
+class EventTarget:
+    """The object an Event is about, and the Event's reason (``CreateCluster``, ...)."""
 
-def _reason(step_type: StepType) -> str:
-    return "".join(part.capitalize() for part in step_type.value.split("-"))
+    api_version: str
+    kind: str
+    name: str
+    reason: str
 
 
 class EventRecorder:
@@ -43,22 +34,16 @@ class EventRecorder:
         self.kube = kube
         self.instance = instance
 
-    def record(self, workload: ObjectKey, step: Step, message: str) -> None:
-        api, kind = _TARGET_KIND.get(step.type, ("", ""))
-        if step.type in {StepType.APPLY_OBJECT, StepType.DELETE_OBJECT}:
-            manifest = step.params.get("manifest") or {}
-            api = str(manifest.get("apiVersion") or step.params.get("apiVersion") or "v1")
-            kind = str(manifest.get("kind") or step.params.get("kind") or "")
-        if not kind:
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    def record(self, workload: ObjectKey, target: EventTarget, message: str) -> None:
+        """A Normal Event on ``target`` (in the workload's namespace) saying ``message``."""
+        now = utc_timestamp()
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{step.target}.gitray-{secrets.token_hex(6)}",
+            "metadata": {"name": f"{target.name}.gitray-{secrets.token_hex(6)}",
                          "namespace": workload.namespace},
-            "involvedObject": {"apiVersion": api, "kind": kind, "name": step.target,
-                               "namespace": workload.namespace},
-            "reason": _reason(step.type),
+            "involvedObject": {"apiVersion": target.api_version, "kind": target.kind,
+                               "name": target.name, "namespace": workload.namespace},
+            "reason": target.reason,
             "message": f"{message} (workload {workload})"[:1000],
             "type": "Normal",
             "source": {"component": "gitray"},
@@ -68,4 +53,4 @@ class EventRecorder:
         try:
             self.kube.create(body)
         except GitrayError as e:
-            log.debug("could not record an Event for %s: %s", step.target, e)
+            log.debug("could not record an Event for %s: %s", target.name, e)

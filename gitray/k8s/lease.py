@@ -32,11 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from gitray.core.errors import ConfigError, GitrayError, LeaseLostError, TransientError
 from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
+from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import Kube, NotFoundError
 
 __all__ = [
@@ -200,7 +200,7 @@ def retry_delay(retry_period_s: float, rng: random.Random) -> float:
 
 def _wall_now() -> str:
     # MicroTime: written for people and other tools; never read back for decisions.
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_timestamp(digits=6)
 
 
 OnLost = Callable[[str], None]

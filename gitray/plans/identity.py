@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import re
-from fnmatch import fnmatchcase
 from typing import Any
 
 from gitray.core.config import CLUSTER_SCOPED_KINDS, Config
@@ -179,7 +178,7 @@ def _namespace(
         namespace = config.default_namespace
         where = document.locate(("metadata",))
         origin = " (from defaultNamespace)"
-    if not any(fnmatchcase(namespace, glob) for glob in config.allowed_namespaces):
+    if not config.allows(namespace):
         allowed = ", ".join(config.allowed_namespaces)
         diagnostics.append(
             Diagnostic(

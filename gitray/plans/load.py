@@ -1,12 +1,13 @@
 """A repository snapshot (bytes) -> validated workloads, or every problem in it. Pure, no I/O.
 
-The caller (``gitray.sync.source``) reads the files; this module only parses. A revision is
-all-or-nothing: ``LoadResult.diagnostics`` non-empty means the revision is invalid, and then
-``workloads`` is empty so nothing from it can be applied (or pruned against) by mistake.
+The caller (``gitray.git.source``) reads the files into a ``gitray.core.snapshot.Snapshot``;
+this module only parses. A revision is all-or-nothing: ``LoadResult.diagnostics`` non-empty
+means the revision is invalid, and then ``workloads`` is empty so nothing from it can be
+applied (or pruned against) by mistake.
 
 Limits that keep hostile repositories cheap (the source layer applies the same ones while
 reading): ``MAX_FILE_BYTES`` per file, ``MAX_TOTAL_BYTES`` and ``MAX_FILES`` per revision, plus
-the YAML limits of ``gitray.plans.yamlsafe`` (nesting depth, alias expansion).
+the YAML limits of ``gitray.parsing.yamlsafe`` (nesting depth, alias expansion).
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gitray.core.config import CONFIG_FILE, Config, config_diagnostics
+from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.model import Diagnostic, Kind, ObjectKey, SourceLocation, Workload
+from gitray.core.snapshot import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_TOTAL_BYTES,
+    RepoFile,
+    Snapshot,
+    is_manifest_name,
+)
+from gitray.parsing.config import config_diagnostics
 from gitray.parsing.globs import matches_any
 from gitray.parsing.jsonschemas import schema_errors
 from gitray.parsing.yamlsafe import (
@@ -34,46 +44,16 @@ from gitray.plans.rules import (
 )
 
 __all__ = [
-    "MANIFEST_SUFFIXES",
     "MAX_DIAGNOSTICS_PER_FILE",
-    "MAX_FILES",
-    "MAX_FILE_BYTES",
-    "MAX_TOTAL_BYTES",
     "MAX_TOTAL_NODES",
     "LoadMemo",
     "LoadResult",
-    "RepoFile",
-    "Snapshot",
-    "is_manifest_name",
     "load_snapshot",
 ]
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
-MAX_TOTAL_BYTES = 64 * 1024 * 1024
-MAX_FILES = 5000
 MAX_DIAGNOSTICS_PER_FILE = 20
 MAX_TOTAL_NODES = 2_500_000  # YAML values per revision: ~20,000 modest workloads
-MANIFEST_SUFFIXES = (".yaml", ".yml")
-
 _RAY_KINDS = frozenset(k.value for k in Kind)
-
-
-@dataclass(frozen=True)
-class RepoFile:
-    """One file of a snapshot. ``data`` is None when it was not read, and ``problem`` says why."""
-
-    path: str  # posix path relative to the repository root, e.g. "services/text.yaml"
-    data: bytes | None
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The files of one revision of a repository (only those that may matter to gitray)."""
-
-    revision: str  # full commit SHA, or "worktree" for an uncommitted directory
-    label: str  # for people: "examples-repo (working tree)", "1a2b3c4 (main)"
-    files: tuple[RepoFile, ...]
 
 
 @dataclass(frozen=True)
@@ -81,11 +61,6 @@ class LoadResult:
     config: Config
     workloads: tuple[Workload, ...]  # Ray workloads and supporting objects, sorted by key
     diagnostics: tuple[Diagnostic, ...]  # sorted; non-empty => the revision is invalid
-
-
-def is_manifest_name(path: str) -> bool:
-    """Whether a file could hold manifests (the cheap test the source layer uses)."""
-    return path.lower().endswith(MANIFEST_SUFFIXES)
 
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,

@@ -12,7 +12,6 @@ workloads and says so.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -34,10 +33,6 @@ def order_key(plan: WorkloadPlan) -> tuple[int, int, int, str, str]:
     if removing:  # prune Ray workloads before the supporting objects they use
         kind_rank = 4 - kind_rank
     return (plan.wave, int(removing), kind_rank, plan.key.namespace, plan.key.name)
-
-
-def _allowed(namespace: str, config: Config) -> bool:
-    return any(fnmatch.fnmatchcase(namespace, g) for g in config.allowed_namespaces)
 
 
 def compute_plan(
@@ -71,7 +66,7 @@ def compute_plan(
                      + ", ".join(str(k) for k in removed))
         removed = []
     for key in list(removed):
-        if not _allowed(key.namespace, config):
+        if not config.allows(key.namespace):
             notes.append(f"{key} is outside allowedNamespaces: left alone")
             removed.remove(key)
 

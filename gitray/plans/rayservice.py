@@ -29,6 +29,7 @@ from gitray.core.model import (
     Role,
     Workload,
 )
+from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.manifests import service_cluster_manifest, service_manifest, service_selector
 from gitray.plans.names import (
@@ -44,7 +45,7 @@ from gitray.plans.names import (
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, delete_params, live_wave
 
-__all__ = ["RayServiceLive", "parse_deadline", "plan_rayservice", "read_rayservice_live"]
+__all__ = ["RayServiceLive", "plan_rayservice", "read_rayservice_live"]
 
 
 @dataclass(frozen=True)
@@ -84,16 +85,8 @@ def read_rayservice_live(owned: tuple[LiveObject, ...]) -> RayServiceLive:
                           active=active)
 
 
-def parse_deadline(text: str) -> datetime | None:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else None
-
-
 def _due(cluster: LiveObject, now: datetime) -> bool:
-    deadline = parse_deadline(cluster.annotations.get(ANN_DELETE_AFTER, ""))
+    deadline = parse_timestamp(cluster.annotations.get(ANN_DELETE_AFTER, ""))
     # An unreadable deadline is treated as due: the cluster is not serving and was scheduled.
     return deadline is None or deadline <= now
 

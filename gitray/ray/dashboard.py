@@ -5,7 +5,7 @@ A :class:`Resolver` turns a cluster into a base URL, in one of three modes:
 - ``service``: in-cluster DNS ``http://<cluster>-head-svc.<ns>.svc:<port named dashboard>``;
 - ``pod-ip``:  the head pod's IP and its container port named ``dashboard``;
 - ``proxy``:   the API server's service proxy, for use from outside the cluster. Requests go
-  through the Kubernetes client's own authenticated transport (:meth:`Kube.request`), so every
+  through the Kubernetes client's own authenticated transport (:meth:`ClusterApi.request`), so every
   kind of kubeconfig credential works: client certificates, bearer tokens, exec plugins and
   auth-provider tokens.
 
@@ -28,9 +28,9 @@ from typing import Any, Protocol
 import httpx
 
 from gitray.core.errors import TerminalError, TransientError
-from gitray.k8s.client import Kube, RawResponse
+from gitray.core.http import RawResponse
 
-__all__ = ["DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
+__all__ = ["ClusterApi", "DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
 
 _DIRECT_TIMEOUT = httpx.Timeout(15.0, connect=3.0)
 _PROXY_TIMEOUT = httpx.Timeout(20.0)
@@ -39,6 +39,21 @@ _DEPLOY_TIMEOUT = httpx.Timeout(60.0, connect=3.0)
 _HEALTHZ_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 _DENIED = {401, 403}
 _BODY_LIMIT = 4000
+
+
+class ClusterApi(Protocol):
+    """What reaching a dashboard needs from the Kubernetes API (``gitray.k8s.client.Kube``)."""
+
+    def request(self, method: str, path: str, *, body: Any = None,
+                params: Mapping[str, str] | None = None,
+                headers: Mapping[str, str] | None = None,
+                timeout_s: float = 20.0) -> RawResponse: ...
+
+    def list(self, api_version: str, kind: str, *, namespace: str | None = None,
+             label_selector: str = "") -> tuple[list[dict[str, Any]], str]: ...
+
+    def get_or_none(self, api_version: str, kind: str, namespace: str,
+                    name: str) -> dict[str, Any] | None: ...
 
 
 class DashboardMode(StrEnum):
@@ -55,7 +70,7 @@ def named_port(pod: Mapping[str, Any], name: str, default: int) -> int:
     return default
 
 
-def head_pod(kube: Kube, namespace: str, cluster: str) -> dict[str, Any] | None:
+def head_pod(kube: ClusterApi, namespace: str, cluster: str) -> dict[str, Any] | None:
     pods, _ = kube.list("v1", "Pod", namespace=namespace,
                         label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head")
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
@@ -106,7 +121,7 @@ class _Direct:
 class _ThroughApiServer:
     """The API server's proxy, with the Kubernetes client's own credentials and TLS."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: ClusterApi) -> None:
         self._kube = kube
 
     def request(self, method: str, url: str, *, json: Any = None,
@@ -140,7 +155,7 @@ def denied(response: RawResponse, where: str, mode: DashboardMode, namespace: st
 
 @dataclass(frozen=True)
 class Resolver:
-    kube: Kube
+    kube: ClusterApi
     mode: DashboardMode = DashboardMode.POD_IP
     token: str | None = None
     cluster_domain: str = "cluster.local"

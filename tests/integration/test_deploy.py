@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gitray.core.config import Config, env_overrides, parse_config
+from gitray.core.config import Config
 from gitray.core.model import (
     ANN_DELETE_AFTER,
     LABEL_INSTANCE,
@@ -43,6 +43,7 @@ from gitray.engine.progress import ProgressStore, RunState, StepRecord, StepStat
 from gitray.k8s.client import ForbiddenError, Kube, KubeSettings
 from gitray.k8s.lease import Lease, LeaseSettings
 from gitray.k8s.live import managed_selector, read_live_state
+from gitray.parsing.config import env_overrides, parse_config
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
 from tests.integration.gitops import GitOpsRepo, Gitray, dump, gitray_config, output
 from tests.testenv import control

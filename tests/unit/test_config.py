@@ -12,12 +12,10 @@ from gitray.core.config import (
     RayServiceSettings,
     StatusProvider,
     StatusSettings,
-    config_diagnostics,
-    env_overrides,
-    parse_config,
     parse_duration,
 )
 from gitray.core.errors import ConfigError
+from gitray.parsing.config import config_diagnostics, env_overrides, parse_config
 from gitray.parsing.globs import glob_problem, matches_any
 
 HEADER = "apiVersion: gitray.io/v1alpha1\nkind: Config\n"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gitray.core.errors import ConfigError
-from gitray.k8s.client import KubeSettings, RawResponse, default_namespace
+from gitray.core.http import RawResponse
+from gitray.k8s.client import KubeSettings, default_namespace
 from gitray.ray.dashboard import DashboardMode, denied
 
 KUBECONFIG = """\

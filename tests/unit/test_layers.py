@@ -1,27 +1,109 @@
-"""Layering: gitray.plans stays pure (no I/O imports or calls), checked on the source."""
+"""Layering, checked on the source (AST, no imports run).
+
+1. The package import rule: each package of gitray/ imports only the packages below it.
+
+       core, parsing  <-  plans  <-  engine  <-  daemon, cli
+       core  <-  k8s, git, hosts, ray            (the adapters: one external system each)
+
+   ``parsing`` builds on ``core`` (diagnostics point at source locations). ``engine`` uses the
+   adapters; ``daemon`` and ``cli`` may use everything below them, and ``cli`` reaches the
+   daemon only from inside the ``sync`` command (never at import time), so ``gitray plan``
+   does not load it. No package imports one above it, so there are no cycles.
+2. ``gitray.plans`` (and ``gitray.parsing``) stay pure: no I/O imports or calls.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PLANS = Path(__file__).parents[2] / "gitray" / "plans"
+GITRAY = Path(__file__).parents[2] / "gitray"
+
+# package -> the gitray packages it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "parsing": {"core"},
+    "plans": {"core", "parsing"},
+    "k8s": {"core"},
+    "git": {"core"},
+    "hosts": {"core"},
+    "ray": {"core"},
+    "engine": {"core", "parsing", "plans", "k8s", "git", "ray"},
+    "daemon": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray"},
+    "cli": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray", "daemon"},
+}
+# imports a package may make only inside a function (lazily), never when it is imported
+LAZY_ONLY: dict[str, set[str]] = {
+    "cli": {"gitray.daemon", "gitray.k8s", "gitray.engine", "gitray.hosts", "gitray.ray",
+            "kubernetes", "apscheduler", "prometheus_client", "httpx", "git"},
+}
+# the top-level modules of gitray/ (the entry points) may import anything
+TOP_LEVEL = {"__init__", "__main__"}
+
+PURE = {"plans", "parsing"}
 FORBIDDEN_MODULES = {
     "kubernetes", "git", "httpx", "subprocess", "socket", "os", "pathlib", "shutil", "time",
     "urllib", "requests", "apscheduler", "asyncio", "threading", "random", "tempfile", "io",
-    "gitray.sync", "gitray.cli",
+    "gitray.k8s", "gitray.git", "gitray.hosts", "gitray.ray", "gitray.engine",
+    "gitray.daemon", "gitray.cli",
 }
 FORBIDDEN_CALLS = {"open", "input", "print", "exec", "eval", "__import__"}
 FORBIDDEN_ATTRS = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}
 
 
-def modules() -> list[Path]:
-    return sorted(PLANS.glob("*.py"))
+def packages() -> list[str]:
+    return sorted(p.name for p in GITRAY.iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists())
 
 
-def violations(path: Path) -> list[str]:
+def package_modules(package: str) -> list[Path]:
+    return sorted((GITRAY / package).rglob("*.py"))
+
+
+def imports(tree: ast.AST) -> Iterator[tuple[ast.stmt, str, bool]]:
+    """(node, imported module, at module level) for every absolute import."""
+    nested: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nested.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name, id(node) not in nested
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "gitray":  # from gitray import plans / __version__
+                for alias in node.names:
+                    sub = GITRAY / alias.name
+                    yield node, f"gitray.{alias.name}" if sub.is_dir() else "gitray", \
+                        id(node) not in nested
+            else:
+                yield node, node.module, id(node) not in nested
+
+
+def _under(name: str, prefixes: set[str]) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in prefixes)
+
+
+def rule_violations(path: Path, package: str) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    where = path.relative_to(GITRAY.parent) if path.is_relative_to(GITRAY) else path.name
+    found = []
+    for node, name, top in imports(tree):
+        if name.startswith("gitray."):
+            target = name.split(".")[1]
+            if target != package and target not in ALLOWED[package]:
+                found.append(f"{where}:{node.lineno}: {package} imports {name} "
+                             f"({package} may import only {sorted(ALLOWED[package])})")
+        if top and _under(name, LAZY_ONLY.get(package, set())):
+            found.append(f"{where}:{node.lineno}: {package} imports {name} at import time "
+                         f"(import it inside the command that needs it)")
+    return found
+
+
+def purity_violations(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
     found = []
     for node in ast.walk(tree):
@@ -31,7 +113,7 @@ def violations(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module]
         for name in names:
-            if any(name == m or name.startswith(m + ".") for m in FORBIDDEN_MODULES):
+            if _under(name, FORBIDDEN_MODULES):
                 found.append(f"{path.name}:{node.lineno}: imports {name}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in FORBIDDEN_CALLS:
@@ -42,17 +124,57 @@ def violations(path: Path) -> list[str]:
     return found
 
 
+def test_every_package_has_a_rule() -> None:
+    assert set(packages()) == set(ALLOWED)
+    loose = sorted(p.stem for p in GITRAY.glob("*.py") if p.stem not in TOP_LEVEL)
+    assert loose == [], "every module belongs to a package"
+
+
+def test_the_rule_has_no_cycles() -> None:
+    done: set[str] = set()
+
+    def visit(package: str, path: tuple[str, ...]) -> None:
+        assert package not in path, " -> ".join((*path, package))
+        if package in done:
+            return
+        for below in ALLOWED[package]:
+            visit(below, (*path, package))
+        done.add(package)
+
+    for package in ALLOWED:
+        visit(package, ())
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_what_the_rule_allows(package: str) -> None:
+    found = [v for path in package_modules(package) for v in rule_violations(path, package)]
+    assert found == []
+
+
+@pytest.mark.parametrize("path", [p for pkg in sorted(PURE) for p in package_modules(pkg)],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_pure_module_does_no_io(path: Path) -> None:
+    assert purity_violations(path) == []
+
+
 def test_there_are_planner_modules_to_check() -> None:
-    assert len(modules()) >= 8
+    assert len(package_modules("plans")) >= 8
 
 
-@pytest.mark.parametrize("path", modules(), ids=lambda p: p.name)
-def test_planner_module_does_no_io(path: Path) -> None:
-    assert violations(path) == []
+def test_the_checker_catches_a_package_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from gitray.engine.executor import Executor\n"
+                   "from gitray.k8s.client import Kube\n"
+                   "import kubernetes\n"
+                   "def f() -> None:\n    from gitray.daemon.daemon import Daemon\n")
+    # plans may import neither engine, k8s nor daemon; cli may, but not at import time
+    assert len(rule_violations(bad, "plans")) == 3
+    early = [v.split(": ")[1].split()[2] for v in rule_violations(bad, "cli")]
+    assert early == ["gitray.engine.executor", "gitray.k8s.client", "kubernetes"]
 
 
 def test_the_checker_catches_io(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import subprocess\nfrom datetime import datetime\nx = datetime.now()\n"
                    "open('f')\n")
-    assert len(violations(bad)) == 3
+    assert len(purity_violations(bad)) == 3

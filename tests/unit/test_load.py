@@ -12,19 +12,15 @@ from pathlib import Path
 import pytest
 
 from gitray.core.model import Diagnostic, ObjectKey, SourceLocation
+from gitray.core.snapshot import MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, RepoFile, Snapshot
 from gitray.parsing import yamlsafe
 from gitray.parsing.yamlsafe import MAX_NODES
 from gitray.plans import load as load_module
 from gitray.plans.load import (
     MAX_DIAGNOSTICS_PER_FILE,
-    MAX_FILE_BYTES,
-    MAX_FILES,
-    MAX_TOTAL_BYTES,
     MAX_TOTAL_NODES,
     LoadMemo,
     LoadResult,
-    RepoFile,
-    Snapshot,
     load_snapshot,
 )
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gitray.core.errors import SourceError
+from gitray.core.snapshot import MAX_FILE_BYTES, RepoFile, Snapshot
 from gitray.git.source import default_cache_dir, is_url, read_snapshot, redact, resolve_revision
-from gitray.plans.load import MAX_FILE_BYTES, RepoFile, Snapshot
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",

@@ -1,0 +1,48 @@
+"""A repository revision as bytes: the files gitray may read, and the limits on reading them.
+
+Values only, no I/O: ``gitray.git.source`` fills a ``Snapshot`` from Git or a directory,
+``gitray.plans.load`` parses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "MANIFEST_SUFFIXES",
+    "MAX_FILES",
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "RepoFile",
+    "Snapshot",
+    "is_manifest_name",
+]
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_TOTAL_BYTES = 64 * 1024 * 1024
+MAX_FILES = 5000
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """One file of a snapshot. ``data`` is None when it was not read, and ``problem`` says why."""
+
+    path: str  # posix path relative to the repository root, e.g. "services/text.yaml"
+    data: bytes | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The files of one revision of a repository (only those that may matter to gitray)."""
+
+    revision: str  # full commit SHA, or "worktree" for an uncommitted directory
+    label: str  # for people: "examples-repo (working tree)", "1a2b3c4 (main)"
+    files: tuple[RepoFile, ...]
+
+
+def is_manifest_name(path: str) -> bool:
+    """Whether a file could hold manifests (the cheap test the source layer uses)."""
+    return path.lower().endswith(MANIFEST_SUFFIXES)
