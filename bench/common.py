@@ -99,14 +99,16 @@ class Env:
     def kube(self) -> Any:
         """gitray's own Kube client (admin credentials of the environment)."""
         if self._kube is None:
-            from gitray.k8s.client import Kube, KubeSettings
+            from gitray.k8s.client import Kube
+            from gitray.k8s.settings import KubeSettings
 
             self._kube = Kube.connect(KubeSettings(kubeconfig=self.kubeconfig,
                                                    request_timeout_s=60))
         return self._kube
 
     def new_kube(self) -> Any:
-        from gitray.k8s.client import Kube, KubeSettings
+        from gitray.k8s.client import Kube
+        from gitray.k8s.settings import KubeSettings
 
         return Kube.connect(KubeSettings(kubeconfig=self.kubeconfig, request_timeout_s=60))
 

@@ -1,56 +1,29 @@
-"""The ``gitray`` command line: parse arguments, call the layers, pick a view. No logic here.
+"""The ``gitray`` command line: parse arguments, run the command, render errors. No logic here.
 
 Exit codes (a public contract): 0 success / no changes, 1 error, 2 changes present (only with
-``--detailed-exitcode``). User errors print one line each, never a traceback.
+``--detailed-exitcode``). User errors print one line each, never a traceback: exceptions are
+rendered here, at the top, and nowhere else.
+
+Importing this module loads the parser only; ``gitray.cli.commands`` (imported when a command
+runs) loads what that command needs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gitray import __version__
-from gitray.cli.console import ConsoleReporter
-from gitray.cli.status import render_status, workload_status
-from gitray.core.config import parse_duration
-from gitray.core.errors import GitrayError, UserError, ValidationError
-from gitray.core.model import LiveState
-from gitray.core.snapshot import Snapshot
-from gitray.daemon.daemon import Daemon, DaemonSettings
-from gitray.daemon.logs import setup_logging
-from gitray.engine.apply import (
-    Desired,
-    ExecSettings,
-    check_saved_plan,
-    desired_from,
-    execute,
-    live_plan,
-    read_live,
-    snapshot_revision,
-)
-from gitray.engine.executor import Outcome
-from gitray.git.source import read_snapshot
-from gitray.hosts.comments import upsert_plan_comment
-from gitray.hosts.publisher import token_from
-from gitray.k8s.client import Kube, KubeSettings, cluster_configured, default_namespace
-from gitray.parsing.config import env_overrides
-from gitray.plans.load import LoadResult, load_snapshot
-from gitray.plans.materialize import materialize
-from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
-from gitray.plans.planner import compute_plan
-from gitray.plans.render import Format, render
-from gitray.ray.dashboard import DashboardMode, Resolver
+from gitray.core.config import DashboardMode
+from gitray.core.errors import GitrayError, ValidationError
 
-__all__ = ["main"]
+__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "main"]
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+FORMATS = ("text", "markdown", "json")  # gitray.plans.render.Format (checked by a unit test)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="compare with the live cluster, an empty one, or the cluster as a Git "
                          "revision would leave it (default: live when a cluster is configured,"
                          " else empty)")
-    pl.add_argument("--format", choices=[f.value for f in Format], default=Format.TEXT.value)
+    pl.add_argument("--format", choices=list(FORMATS), default=FORMATS[0])
     pl.add_argument("--out", metavar="FILE", help="also save the plan as JSON for gitray apply")
     pl.add_argument("--detailed-exitcode", action="store_true",
                     help="exit 2 when the plan has changes, 0 when it has none")
@@ -163,10 +136,6 @@ def lease_namespace_arg(cmd: argparse.ArgumentParser) -> None:
                           "else the kubeconfig context's namespace, in a pod its own]")
 
 
-def _lease_namespace(args: argparse.Namespace) -> str:
-    return str(args.lease_namespace or default_namespace(_kube_settings(args)))
-
-
 def exec_args(cmd: argparse.ArgumentParser) -> None:
     env = os.environ.get
     lease_namespace_arg(cmd)
@@ -181,32 +150,6 @@ def exec_args(cmd: argparse.ArgumentParser) -> None:
                      help="file holding the Ray dashboard token (x-ray-authorization)")
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    from ruamel.yaml import YAML
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--set expects KEY=VALUE, got {pair!r}")
-        value = YAML(typ="safe", pure=True).load(raw) if raw else ""
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def _load(repo: str, revision: str | None,
-          overrides: dict[str, Any]) -> tuple[LoadResult, Snapshot]:
-    snapshot = read_snapshot(repo, revision)
-    result = load_snapshot(snapshot, overrides)
-    if result.diagnostics:
-        raise ValidationError(result.diagnostics)
-    return result, snapshot
-
-
 def _pr_from_env() -> int | None:
     env = os.environ
     for value in (env.get("GITRAY_PR"), env.get("CI_MERGE_REQUEST_IID")):
@@ -219,208 +162,13 @@ def _pr_from_env() -> int | None:
     return None
 
 
-def _seconds(value: str, flag: str) -> float:
-    try:
-        return float(parse_duration(int(value) if value.isdigit() else value))
-    except ValueError as e:
-        raise UserError(f"{flag}: {e}") from None
-
-
-def _kube_settings(args: argparse.Namespace) -> KubeSettings:
-    return KubeSettings(kubeconfig=args.kubeconfig, context=args.context)
-
-
-def _dashboard_mode(args: argparse.Namespace) -> DashboardMode:
-    if args.dashboard:
-        return DashboardMode(args.dashboard)
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not args.kubeconfig
-    return DashboardMode.SERVICE if in_cluster else DashboardMode.PROXY
-
-
-def _secret_file(path: str | None, what: str) -> str | None:
-    if not path:
-        return None
-    try:
-        return Path(path).read_text().strip() or None
-    except OSError as e:
-        raise UserError(f"cannot read the {what} file {path}: {e.strerror}") from None
-
-
-@dataclass(frozen=True)
-class _Basis:
-    live: LiveState
-    against: str
-    exact: bool
-    announcement: str | None
-
-
-def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, Any]) -> _Basis:
-    against = args.against
-    if against is None:
-        if cluster_configured(_kube_settings(args)):
-            against = "live"
-        else:
-            return _Basis(LiveState(), "empty", True,
-                          "No Kubernetes cluster is configured: planning against an empty "
-                          "cluster (--against empty).")
-    if against == "empty":
-        return _Basis(LiveState(), "empty", True, None)
-    if against == "live":
-        kube = Kube.connect(_kube_settings(args))
-        try:
-            live = read_live(kube, Desired(Snapshot("", "", ()), result))
-        finally:
-            kube.close()
-        return _Basis(live, "live", False, None)
-    base, base_snapshot = _load(args.repo, against, overrides)
-    return _Basis(materialize(base.workloads, base.config),
-                  f"revision:{base_snapshot.revision}", True, None)
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    result, snapshot = _load(args.repo, args.revision, _overrides(args.set))
-    n = len(result.workloads)
-    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid")
-    return EXIT_OK
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    overrides = _overrides(args.set)
-    result, snapshot = _load(args.repo, args.revision, overrides)
-    basis = _basis(args, result, overrides)
-    if basis.announcement:
-        print(basis.announcement, file=sys.stderr)
-    plan: Plan = compute_plan(result.workloads, basis.live, result.config,
-                              revision=snapshot_revision(snapshot), against=basis.against,
-                              now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
-    if args.out:
-        try:
-            Path(args.out).write_text(json.dumps(plan_to_json(plan), indent=2, sort_keys=True)
-                                      + "\n")
-        except OSError as e:
-            raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from None
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
-                                        and not os.environ.get("NO_COLOR"))
-    sys.stdout.write(render(plan, Format(args.format), colour=colour))
-    if args.comment:
-        if args.pr is None:
-            raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
-        outcome = upsert_plan_comment(result.config.status,
-                                      token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-                                      args.pr, args.repo, render(plan, Format.MARKDOWN))
-        print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
-    if args.detailed_exitcode and plan.has_changes:
-        return EXIT_CHANGES
-    return EXIT_OK
-
-
-def _read_plan_file(path: str) -> Plan:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise UserError(f"cannot read the plan file {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise UserError(f"{path} is not a gitray plan (not JSON: {e})") from None
-    problem = plan_schema_problem(data)
-    if problem:
-        raise UserError(f"{path} is not a valid gitray plan: {problem}")
-    return plan_from_json(data)
-
-
-def _confirm() -> None:
-    if not sys.stdin.isatty():
-        raise UserError("refusing to apply without --yes: standard input is not a terminal")
-    answer = input("Apply this plan? Only 'yes' is accepted: ")
-    if answer.strip() != "yes":
-        raise UserError("apply cancelled")
-
-
-def _cmd_apply(args: argparse.Namespace) -> int:
-    overrides = _overrides(args.set)
-    desired = desired_from(read_snapshot(args.repo, args.revision), overrides)
-    kube = Kube.connect(_kube_settings(args))
-    try:
-        if args.plan_file:
-            plan = _read_plan_file(args.plan_file)
-            check_saved_plan(plan, kube, desired)
-            print(f"The saved plan {args.plan_file} is current; applying it.")
-        else:
-            plan, _ = live_plan(kube, desired)
-            sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
-            if plan.has_changes and not args.yes:
-                _confirm()
-        lease_ns = _lease_namespace(args)
-        settings = ExecSettings(lease_namespace=lease_ns,
-                                lease_name=args.lease_name,
-                                lease_timeout_s=args.lease_timeout,
-                                dashboard_mode=_dashboard_mode(args),
-                                ray_token=_secret_file(args.ray_token_file, "Ray token"))
-
-        def waiting(holder: str, seconds: float) -> None:
-            print(f"waiting for the Lease {lease_ns}/{args.lease_name} held by "
-                  f"{holder or 'nobody'} ({seconds:.0f} s)", file=sys.stderr, flush=True)
-
-        outcomes = execute(kube, desired, plan, settings, ConsoleReporter(), waiting,
-                           replan=not args.plan_file)
-    finally:
-        kube.close()
-    failed = [o for o in outcomes if o.outcome is Outcome.FAILED]
-    skipped = [o for o in outcomes if o.outcome is Outcome.SKIPPED]
-    for o in failed:
-        print(f"gitray: {o.key} failed: {o.reason}", file=sys.stderr)
-        for message in o.messages[-1:]:
-            print(f"gitray: {o.key}: {message}", file=sys.stderr)
-    for o in skipped:
-        print(f"gitray: {o.key} not run: {o.reason}", file=sys.stderr)
-    done = len(outcomes) - len(failed) - len(skipped)
-    print(f"Apply finished: {done} workload(s) converged, {len(failed)} failed, "
-          f"{len(skipped)} not run.")
-    return EXIT_ERROR if failed or skipped else EXIT_OK
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    desired = desired_from(read_snapshot(args.repo, args.revision), _overrides(args.set))
-    kube = Kube.connect(_kube_settings(args))
-    try:
-        rows = workload_status(kube, desired, _lease_namespace(args),
-                               Resolver(kube, _dashboard_mode(args)))
-    finally:
-        kube.close()
-    sys.stdout.write(render_status(rows))
-    return EXIT_OK
-
-
-def _cmd_sync(args: argparse.Namespace) -> int:
-    setup_logging(args.log_level, args.log_format == "json")
-    host, _, port = args.http_address.rpartition(":")
-    if not port.isdigit():
-        raise UserError(f"--http-address must be HOST:PORT, got {args.http_address!r}")
-    overrides = {**env_overrides(os.environ), **_overrides(args.set)}
-    secret = _secret_file(args.webhook_secret_file, "webhook secret")
-    settings = DaemonSettings(
-        repo=args.repo, branch=args.branch, lease_namespace=_lease_namespace(args),
-        lease_name=args.lease_name, interval_s=_seconds(args.interval, "--interval"),
-        drift_every=args.drift_every,
-        deletion_interval_s=_seconds(args.deletion_interval, "--deletion-interval"),
-        lease_duration_s=args.lease_duration, renew_deadline_s=args.renew_deadline,
-        retry_period_s=args.retry_period, http_host=host or "0.0.0.0", http_port=int(port),
-        webhook_secret=secret.encode() if secret else None,
-        dashboard_mode=_dashboard_mode(args),
-        ray_token=_secret_file(args.ray_token_file, "Ray token"), overrides=overrides,
-        kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None,
-        status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-        allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None)
-    return Daemon(settings).run_forever()
-
-
-_COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
-             "status": _cmd_status, "sync": _cmd_sync}
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from gitray.cli import commands
+
     try:
-        return _COMMANDS[args.command](args)
+        return commands.run(args)
     except ValidationError as e:
         for diagnostic in e.diagnostics:
             print(diagnostic, file=sys.stderr)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from gitray.engine.executor import StepEvent
+if TYPE_CHECKING:
+    from gitray.engine.executor import StepEvent
 
 __all__ = ["ConsoleReporter"]
 

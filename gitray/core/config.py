@@ -17,6 +17,7 @@ __all__ = [
     "CONFIG_FILE",
     "OVERRIDES_SOURCE",
     "Config",
+    "DashboardMode",
     "RayJobSettings",
     "RayServiceSettings",
     "StatusProvider",
@@ -63,6 +64,14 @@ class StatusProvider(StrEnum):
     GITEA = "gitea"
     GITLAB = "gitlab"
     GIT_NOTES = "git-notes"
+
+
+class DashboardMode(StrEnum):
+    """How gitray reaches Ray dashboards (``--dashboard``)."""
+
+    SERVICE = "service"  # in-cluster DNS of the head Service
+    POD_IP = "pod-ip"  # the head pod's IP
+    PROXY = "proxy"  # through the API server's service proxy (from outside the cluster)
 
 
 @dataclass(frozen=True)

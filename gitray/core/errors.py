@@ -9,8 +9,13 @@
     │   ├── ValidationError     a revision has invalid manifests (carries every diagnostic)
     │   └── StalePlanError      a saved plan no longer matches Git or the cluster
     ├── TerminalError           a step failed for good (timeout, Serve DEPLOY_FAILED, ...)
-    ├── StatusRejected          a Git host refused a status/comment (gitray.sync.statuses)
+    │   ├── NotFoundError       Kubernetes 404: the object (or its kind) does not exist
+    │   ├── ForbiddenError      Kubernetes 401/403: RBAC refused the request
+    │   └── InvalidError        Kubernetes 400/422: the API server rejected the object
+    ├── StatusRejected          a Git host refused a status/comment for good (gitray.hosts)
     ├── TransientError          worth retrying with backoff (API hiccup, conflict, network)
+    │   ├── ConflictError       Kubernetes 409: compare-and-swap lost, or it already exists
+    │   ├── LeaseBusyError      another process held the Lease longer than we would wait
     │   └── LeaseLostError      this process no longer holds the Lease; stop mutating
     └── Interrupted             shutting down: stop between (or inside a wait of) steps; the
                                 run record stays "running" so the next leader resumes it
@@ -26,11 +31,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "ConflictError",
+    "ForbiddenError",
     "GitrayError",
     "Interrupted",
+    "InvalidError",
+    "LeaseBusyError",
     "LeaseLostError",
+    "NotFoundError",
     "SourceError",
     "StalePlanError",
+    "StatusRejected",
     "TerminalError",
     "TransientError",
     "UserError",
@@ -73,6 +84,30 @@ class TerminalError(GitrayError):
 
 class TransientError(GitrayError):
     """A temporary failure (API server, network, conflict); retry with backoff."""
+
+
+class NotFoundError(TerminalError):
+    """The object (or its kind) does not exist."""
+
+
+class ConflictError(TransientError):
+    """Compare-and-swap lost (resourceVersion changed) or the object already exists."""
+
+
+class ForbiddenError(TerminalError):
+    """RBAC refused the request."""
+
+
+class InvalidError(TerminalError):
+    """The API server rejected the object as invalid."""
+
+
+class LeaseBusyError(TransientError):
+    """Another process held the Lease for longer than this process was willing to wait."""
+
+
+class StatusRejected(GitrayError):
+    """The Git host refused a status or comment for good (bad token, unknown commit, limits)."""
 
 
 class LeaseLostError(TransientError):

@@ -6,7 +6,10 @@ Values only, no I/O: ``gitray.git.source`` fills a ``Snapshot`` from Git or a di
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+
+from gitray.core.model import stable_hash
 
 __all__ = [
     "MANIFEST_SUFFIXES",
@@ -16,6 +19,7 @@ __all__ = [
     "RepoFile",
     "Snapshot",
     "is_manifest_name",
+    "snapshot_revision",
 ]
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -46,3 +50,14 @@ class Snapshot:
 def is_manifest_name(path: str) -> bool:
     """Whether a file could hold manifests (the cheap test the source layer uses)."""
     return path.lower().endswith(MANIFEST_SUFFIXES)
+
+
+def snapshot_revision(snapshot: Snapshot) -> str:
+    """The commit SHA; for an uncommitted working tree, ``worktree:<hash of its files>`` so a
+    plan saved from a working tree is stale once the files change."""
+    if snapshot.revision != "worktree":
+        return snapshot.revision
+    digest = stable_hash([[f.path, f.problem or "",
+                           hashlib.sha256(f.data).hexdigest() if f.data is not None else ""]
+                          for f in sorted(snapshot.files, key=lambda f: f.path)], 40)
+    return f"worktree:{digest}"

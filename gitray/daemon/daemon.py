@@ -33,6 +33,7 @@ from typing import Any
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from gitray.core.credentials import redact_url
 from gitray.core.errors import (
     GitrayError,
     Interrupted,
@@ -45,26 +46,20 @@ from gitray.core.snapshot import Snapshot
 from gitray.core.timefmt import parse_timestamp
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
-from gitray.engine.actions import Actions
 from gitray.engine.apply import Desired, desired_config, desired_from, live_plan, resumable
-from gitray.engine.executor import Executor, Outcome, StepEvent, WorkloadOutcome
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.git.source import fetch_branch, is_ancestor, read_snapshot, redact, verify_commit
-from gitray.hosts.publisher import (
-    CommitStatus,
-    PublishCounts,
-    State,
-    StatusPublisher,
-    context_for,
-    make_publisher,
-    step_description,
-)
-from gitray.k8s.client import Kube, KubeSettings
+from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.progress import Record, RunState
+from gitray.engine.wiring import ExecSettings, Wiring
+from gitray.git.signing import is_ancestor, verify_commit
+from gitray.git.source import fetch_branch, read_snapshot
+from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
+from gitray.hosts.status import CommitStatus, State, context_for, step_description
+from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder, EventTarget
-from gitray.k8s.lease import LAPSE_MARGIN_S, Lease, LeaseSettings, default_identity
+from gitray.k8s.lease import LAPSE_MARGIN_S
+from gitray.k8s.settings import KubeSettings
 from gitray.plans.load import LoadMemo
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
-from gitray.ray.dashboard import DashboardMode, Resolver
 
 __all__ = ["Daemon", "DaemonSettings", "PostStatus"]
 
@@ -78,22 +73,18 @@ PostStatus = Callable[[str, ObjectKey | None, str, str], None]
 
 @dataclass(frozen=True)
 class DaemonSettings:
+    """What ``gitray sync`` follows and serves; ``execution`` is shared with ``gitray apply``
+    (the Lease, its timings, dashboards, identity)."""
+
     repo: str
-    lease_namespace: str
+    execution: ExecSettings
     branch: str | None = None
     interval_s: float = 30.0
     drift_every: int = 10  # polls between drift checks (0: never)
     deletion_interval_s: float = 15.0
-    lease_name: str = "gitray"
-    lease_duration_s: int = 15
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-    identity: str = field(default_factory=default_identity)
     http_host: str = "0.0.0.0"
     http_port: int = 8080
     webhook_secret: bytes | None = None
-    dashboard_mode: DashboardMode = DashboardMode.SERVICE
-    ray_token: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     kube: KubeSettings = field(default_factory=KubeSettings)
     cache_dir: Path | None = None
@@ -126,13 +117,9 @@ class Daemon:
         self.statuses = StatusBridge(settings, self.metrics)
         self.post_status: PostStatus = self.statuses.post
         self.kube = Kube.connect(settings.kube)
-        self.lease = Lease(Kube(self.kube.api_client, KubeSettings(request_timeout_s=5.0)),
-                           LeaseSettings(namespace=settings.lease_namespace,
-                                         name=settings.lease_name, identity=settings.identity,
-                                         lease_duration_s=settings.lease_duration_s,
-                                         renew_deadline_s=settings.renew_deadline_s,
-                                         retry_period_s=settings.retry_period_s))
-        self.events = EventRecorder(self.kube, settings.identity)
+        self.wiring = Wiring(self.kube, settings.execution)
+        self.lease = self.wiring.lease
+        self.events = EventRecorder(self.kube, settings.execution.identity)
         self.state = _State()
         # passes re-read the same commit (drift, deletions, retries) and new commits change a
         # few files: keep the last commit's files and each file's validated result
@@ -159,12 +146,12 @@ class Daemon:
                                seconds=self.settings.deletion_interval_s, id="deletions",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self._lease_job, "interval",
-                               seconds=self.settings.retry_period_s, id="lease",
+                               seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
         self.state.ready = True
-        log.info("gitray sync started", extra={"repo": redact(self.settings.repo),
-                                               "identity": self.settings.identity,
+        log.info("gitray sync started", extra={"repo": redact_url(self.settings.repo),
+                                               "identity": self.settings.execution.identity,
                                                "http_port": self.http.port})
 
     def run_forever(self) -> int:
@@ -240,7 +227,7 @@ class Daemon:
         # the holder seen lapses before the next regular attempt: try right then (the
         # take-over is bounded by lease duration + one retry period, not two)
         lapse = self.lease.lapses_in()
-        if lapse is not None and lapse + LAPSE_MARGIN_S < self.settings.retry_period_s:
+        if lapse is not None and lapse + LAPSE_MARGIN_S < self.settings.execution.retry_period_s:
             with contextlib.suppress(SchedulerNotRunningError):
                 self.scheduler.add_job(
                     self._lease_job, "date", id="lease-at-lapse", replace_existing=True,
@@ -372,8 +359,7 @@ class Daemon:
             return []
         plan, live = live_plan(self.kube, desired)
         self.state.next_deletion = _earliest_deadline(live)
-        progress = ProgressStore(self.kube, self.settings.lease_namespace,
-                                 desired.config.instance, self.lease)
+        progress = self.wiring.progress(desired.config)
         records = progress.list()
         selected = self._select(plan, records, trigger)
         failed_before = [w.key for w, s in zip(plan.workloads, selected.workloads, strict=True)
@@ -393,10 +379,7 @@ class Daemon:
         if trigger in {"commit", "retry"}:
             changing = sum(1 for w in plan.workloads if w.steps)
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
-        executor = Executor(Actions(self.kube, Resolver(self.kube, self.settings.dashboard_mode,
-                                                        self.settings.ray_token)),
-                            self.lease, desired.config, progress,
-                            self._reporter(sha))
+        executor = self.wiring.executor(desired.config, progress, self._reporter(sha))
         outcomes = executor.run_plan(plan, resume=resume)
         self.state.next_deletion = 0.0  # steps may have scheduled or done deletions: re-read
         self._report(sha, outcomes, desired, plan)

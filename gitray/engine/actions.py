@@ -10,10 +10,8 @@ progress lines for long waits.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from gitray.core.errors import LeaseLostError, TerminalError, TransientError
@@ -26,13 +24,15 @@ from gitray.core.model import (
     MANAGED_BY,
 )
 from gitray.core.timefmt import utc_timestamp
+from gitray.engine.fence import Fence
+from gitray.engine.waits import Backoff, Clock, Deadline, poll
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.serve import ServeState, serve_verdict
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["Actions", "Clock", "cluster_ready"]
+__all__ = ["Actions", "cluster_ready"]
 
 Report = Callable[[str], None]
 SERVE_POLL_S = 1.5  # steady Serve status poll period; the first polls are quicker:
@@ -44,15 +44,6 @@ DELETE_BUDGET_S = 180.0
 REDEPLOY_AFTER_S = 15.0
 
 
-@dataclass(frozen=True)
-class Clock:
-    """Time sources; the defaults are the real ones."""
-
-    monotonic: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-
-
 def cluster_ready(cluster: Mapping[str, Any]) -> bool:
     status = cluster.get("status") or {}
     if status.get("state") == "ready":
@@ -62,13 +53,14 @@ def cluster_ready(cluster: Mapping[str, Any]) -> bool:
 
 
 class Actions:
-    def __init__(self, kube: Kube, resolver: Resolver, clock: Clock | None = None) -> None:
+    def __init__(self, kube: Kube, resolver: Resolver, fence: Fence,
+                 clock: Clock | None = None) -> None:
         self.kube = kube
         self.resolver = resolver
+        # checked before a write made inside a wait step (the executor fences every mutating
+        # step up front, but a wait step is not one)
+        self.fence = fence
         self.clock = clock or Clock()
-        # called before a write made inside a wait step (waits are not fenced up front);
-        # the executor sets it to the Lease's ensure_held
-        self.fence: Callable[[], None] = lambda: None
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
             StepType.UPDATE_CLUSTER: self._update_cluster,
@@ -94,11 +86,8 @@ class Actions:
 
     # ---- helpers ------------------------------------------------------------------------
 
-    def _deadline(self, seconds: float) -> float:
-        return self.clock.monotonic() + seconds
-
-    def _left(self, deadline: float) -> float:
-        return deadline - self.clock.monotonic()
+    def _deadline(self, seconds: float) -> Deadline:
+        return Deadline(seconds, self.clock)
 
     def _create(self, manifest: Mapping[str, Any]) -> str:
         kind, meta = manifest["kind"], manifest["metadata"]
@@ -117,12 +106,11 @@ class Actions:
         return f"created {kind} {name}"
 
     def _await_gone(self, api: str, kind: str, ns: str, name: str) -> None:
-        deadline = self._deadline(DELETE_BUDGET_S)
-        while self.kube.get_or_none(api, kind, ns, name) is not None:
-            if self._left(deadline) <= 0:
-                raise TerminalError(f"{kind} {ns}/{name} still exists {DELETE_BUDGET_S:.0f} s "
-                                    "after deletion (a finalizer may be stuck)")
-            self.clock.sleep(1.0)
+        poll(lambda: True if self.kube.get_or_none(api, kind, ns, name) is None else None,
+             self._deadline(DELETE_BUDGET_S), wait=lambda _left: self.clock.sleep(1.0),
+             timeout=lambda: TerminalError(f"{kind} {ns}/{name} still exists "
+                                           f"{DELETE_BUDGET_S:.0f} s after deletion "
+                                           "(a finalizer may be stuck)"))
 
     def _await_change(self, api: str, kind: str, ns: str, name: str, rv: str,
                       seconds: float) -> None:
@@ -157,28 +145,37 @@ class Actions:
 
     def _wait_cluster_ready(self, ns: str, step: Step, report: Report) -> str:
         timeout = float(step.params.get("timeoutSeconds", 900))
-        started = self.clock.monotonic()
-        deadline = started + timeout
-        while True:
+        deadline = self._deadline(timeout)
+        seen: dict[str, Any] = {}
+
+        def attempt() -> str | None:
             cluster = self.kube.get_or_none(API_VERSION_RAY, "RayCluster", ns, step.target)
             if cluster is None:
                 raise TerminalError(f"RayCluster {step.target} disappeared while waiting")
+            seen.clear()
+            seen.update(cluster)
             status = cluster.get("status") or {}
             if cluster_ready(cluster):
-                return f"{step.target} ready after {self.clock.monotonic() - started:.0f} s"
+                return f"{step.target} ready after {deadline.elapsed():.0f} s"
             if status.get("state") == "failed":
                 raise TerminalError(f"RayCluster {step.target} failed: "
                                     f"{status.get('reason') or 'see its events'}")
-            left = self._left(deadline)
-            if left <= 0:
-                conditions = ", ".join(f"{c.get('type')}={c.get('status')}"
-                                       for c in status.get("conditions") or []) or "none"
-                raise TerminalError(f"RayCluster {step.target} not ready after {timeout:.0f} s "
-                                    f"(state {status.get('state') or 'unknown'}; "
-                                    f"conditions {conditions})")
-            report(f"head pod not ready yet, {self.clock.monotonic() - started:.0f} s")
-            rv = str((cluster.get("metadata") or {}).get("resourceVersion", ""))
+            return None
+
+        def wait(left: float) -> None:
+            report(f"head pod not ready yet, {deadline.elapsed():.0f} s")
+            rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
             self._await_change(API_VERSION_RAY, "RayCluster", ns, step.target, rv, left)
+
+        def timed_out() -> TerminalError:
+            status = seen.get("status") or {}
+            conditions = ", ".join(f"{c.get('type')}={c.get('status')}"
+                                   for c in status.get("conditions") or []) or "none"
+            return TerminalError(f"RayCluster {step.target} not ready after {timeout:.0f} s "
+                                 f"(state {status.get('state') or 'unknown'}; "
+                                 f"conditions {conditions})")
+
+        return poll(attempt, deadline, wait=wait, timeout=timed_out)
 
     def _delete_cluster(self, ns: str, step: Step, report: Report) -> str:
         if not self.kube.delete(API_VERSION_RAY, "RayCluster", ns, step.target):
@@ -210,27 +207,40 @@ class Actions:
         # kubelets report a head pod ready before its dashboard answers: retry the PUT within
         # the Serve timeout of the plan (at least DEPLOY_BUDGET_S).
         budget = max(float(step.params.get("timeoutSeconds", 0)), DEPLOY_BUDGET_S)
-        deadline = self._deadline(budget)
-        while True:
+        last: list[TransientError] = []
+
+        def attempt() -> str | None:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
                     client.deploy(step.params["serveConfig"])
-                return f"Serve config sent to {cluster}"
             except TransientError as e:
-                if self._left(deadline) <= 0:
-                    raise TerminalError(f"could not send the Serve config to {cluster} within "
-                                        f"{budget:.0f} s: {e}") from None
-                report(f"dashboard not reachable yet ({e})")
-                self.clock.sleep(2.0)
+                last[:] = [e]
+                return None
+            return f"Serve config sent to {cluster}"
+
+        def wait(_left: float) -> None:
+            report(f"dashboard not reachable yet ({last[0]})")
+            self.clock.sleep(2.0)
+
+        def timed_out() -> TerminalError:
+            error = TerminalError(f"could not send the Serve config to {cluster} within "
+                                  f"{budget:.0f} s: {last[0]}")
+            error.__cause__ = last[0]
+            return error
+
+        return poll(attempt, self._deadline(budget), wait=wait, timeout=timed_out)
 
     def _wait_serve_running(self, ns: str, step: Step, report: Report) -> str:
         cluster = str(step.params["cluster"])
         timeout = float(step.params.get("timeoutSeconds", 600))
         sent = step.params.get("serveConfig") or {}
-        started = last_put = self.clock.monotonic()
+        deadline = self._deadline(timeout)
+        last_put = deadline.started
         summary = "no status yet"
-        period = SERVE_FIRST_POLL_S
-        while True:
+        pauses = Backoff(SERVE_FIRST_POLL_S, factor=SERVE_POLL_GROWTH, cap=SERVE_POLL_S)
+
+        def attempt() -> str | None:
+            nonlocal last_put, summary
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
                     reported = client.applications()
@@ -246,7 +256,7 @@ class Actions:
                 if verdict.state is ServeState.FAILED:
                     raise TerminalError(verdict.message)
                 if verdict.state is ServeState.RUNNING:
-                    self.fence()  # a leader woken from a pause must not write this
+                    self.fence.ensure_held()  # a leader woken from a pause must not write this
                     self.kube.patch(API_VERSION_RAY, "RayCluster", ns, cluster, {"metadata": {
                         "annotations": {ANN_SERVE_CONFIG_HASH: step.params["serveConfigHash"]}}})
                     return f"{summary} on {cluster}"
@@ -254,20 +264,21 @@ class Actions:
                 raise
             except TransientError as e:
                 summary = str(e)
-            waited = self.clock.monotonic() - started
-            if waited >= timeout:
-                raise TerminalError(f"Serve on {cluster} not RUNNING after {timeout:.0f} s "
-                                    f"({summary})")
-            report(f"{summary}, {waited:.0f} s")
-            self.clock.sleep(period)
-            period = min(period * SERVE_POLL_GROWTH, SERVE_POLL_S)
+            return None
+
+        def wait(_left: float) -> None:
+            report(f"{summary}, {deadline.elapsed():.0f} s")
+            self.clock.sleep(pauses.next())
+
+        return poll(attempt, deadline, wait=wait,
+                    timeout=lambda: TerminalError(f"Serve on {cluster} not RUNNING after "
+                                                  f"{timeout:.0f} s ({summary})"))
 
     # ---- Services -----------------------------------------------------------------------
 
     def _gate_serve_pods(self, ns: str, cluster: str, report: Report) -> int:
         """Label the cluster's pods whose Serve proxy is healthy; return how many are."""
-        deadline = self._deadline(GATING_BUDGET_S)
-        while True:
+        def attempt() -> int | None:
             pods, _ = self.kube.list("v1", "Pod", namespace=ns,
                                      label_selector=f"ray.io/cluster={cluster}")
             healthy = 0
@@ -283,13 +294,15 @@ class Actions:
                 elif not ok and current is not None:
                     self.kube.patch("v1", "Pod", ns, meta["name"],
                                     {"metadata": {"labels": {LABEL_SERVE: None}}})
-            if healthy:
-                return healthy
-            if self._left(deadline) <= 0:
-                raise TerminalError(f"no pod of {cluster} has a healthy Serve proxy "
-                                    f"after {GATING_BUDGET_S:.0f} s")
+            return healthy or None
+
+        def wait(_left: float) -> None:
             report("waiting for a healthy Serve proxy")
             self.clock.sleep(2.0)
+
+        return poll(attempt, self._deadline(GATING_BUDGET_S), wait=wait,
+                    timeout=lambda: TerminalError(f"no pod of {cluster} has a healthy Serve "
+                                                  f"proxy after {GATING_BUDGET_S:.0f} s"))
 
     def _point(self, ns: str, name: str, selector: Mapping[str, str]) -> str:
         svc = self.kube.get("v1", "Service", ns, name)
@@ -326,11 +339,15 @@ class Actions:
 
     def _wait_job(self, ns: str, step: Step, report: Report) -> str:
         timeout = float(step.params.get("timeoutSeconds", 3600))
-        started = self.clock.monotonic()
-        while True:
+        deadline = self._deadline(timeout)
+        seen: dict[str, Any] = {}
+
+        def attempt() -> str | None:
             job = self.kube.get_or_none(API_VERSION_RAY, "RayJob", ns, step.target)
             if job is None:
                 raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+            seen.clear()
+            seen.update(job)
             status = job.get("status") or {}
             deployment = status.get("jobDeploymentStatus")
             if deployment in TERMINAL_DEPLOYMENT_STATUSES:
@@ -338,13 +355,20 @@ class Actions:
                     why = status.get("message") or status.get("reason") or deployment
                     raise TerminalError(f"run {step.target} failed: {why}")
                 return f"run {step.target} finished: {status.get('jobStatus') or deployment}"
-            waited = self.clock.monotonic() - started
-            if waited >= timeout:
-                raise TerminalError(f"run {step.target} not finished after {timeout:.0f} s "
-                                    f"(status {deployment or 'none'})")
-            report(f"run is {deployment or 'starting'}, {waited:.0f} s")
-            rv = str((job.get("metadata") or {}).get("resourceVersion", ""))
-            self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, timeout - waited)
+            return None
+
+        def deployment() -> str:
+            return str((seen.get("status") or {}).get("jobDeploymentStatus") or "")
+
+        def wait(left: float) -> None:
+            report(f"run is {deployment() or 'starting'}, {deadline.elapsed():.0f} s")
+            rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
+            self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
+
+        return poll(attempt, deadline, wait=wait,
+                    timeout=lambda: TerminalError(f"run {step.target} not finished after "
+                                                  f"{timeout:.0f} s (status "
+                                                  f"{deployment() or 'none'})"))
 
     def _delete_job(self, ns: str, step: Step, report: Report) -> str:
         gone = not self.kube.delete(API_VERSION_RAY, "RayJob", ns, step.target)

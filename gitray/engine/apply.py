@@ -5,7 +5,6 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,24 +12,22 @@ from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, ValidationError
-from gitray.core.model import LiveState, ObjectKey, Workload, stable_hash
-from gitray.core.snapshot import Snapshot
-from gitray.engine.actions import Actions
-from gitray.engine.executor import Executor, Reporter, StepEvent, WorkloadOutcome
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.k8s.client import Kube, KubeSettings
-from gitray.k8s.lease import Lease, LeaseSettings, default_identity
+from gitray.core.model import LiveState, ObjectKey, Workload
+from gitray.core.snapshot import Snapshot, snapshot_revision
+from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
+from gitray.engine.progress import Record, RunState
+from gitray.engine.wiring import Wiring
+from gitray.k8s.client import Kube
 from gitray.k8s.live import read_live_state
 from gitray.parsing.config import parse_config
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
-from gitray.ray.dashboard import DashboardMode, Resolver
 
-__all__ = ["Desired", "ExecSettings", "check_saved_plan", "desired_config", "desired_from",
+__all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute",
-           "live_plan", "read_live", "resumable", "snapshot_revision"]
+           "live_plan", "read_live", "resumable"]
 
 
 @dataclass(frozen=True)
@@ -50,17 +47,6 @@ class Desired:
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
-
-
-def snapshot_revision(snapshot: Snapshot) -> str:
-    """The commit SHA; for an uncommitted working tree, ``worktree:<hash of its files>`` so a
-    plan saved from a working tree is stale once the files change."""
-    if snapshot.revision != "worktree":
-        return snapshot.revision
-    digest = stable_hash([[f.path, f.problem or "",
-                           hashlib.sha256(f.data).hexdigest() if f.data is not None else ""]
-                          for f in sorted(snapshot.files, key=lambda f: f.path)], 40)
-    return f"worktree:{digest}"
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
@@ -111,18 +97,6 @@ def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
                              + ". Run gitray plan again and review the new plan.")
 
 
-@dataclass(frozen=True)
-class ExecSettings:
-    """How to execute: which Lease, how long to wait for it, how to reach dashboards."""
-
-    lease_namespace: str  # no invented default: the CLI resolves it as kubectl would
-    lease_name: str = "gitray"
-    lease_timeout_s: float = 60.0
-    dashboard_mode: DashboardMode = DashboardMode.PROXY
-    ray_token: str | None = None
-    identity: str = field(default_factory=default_identity)
-
-
 def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
     """Runs interrupted for the same desired spec: they continue from their cursor.
 
@@ -136,40 +110,31 @@ def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
             and r.desired_hash == wanted[r.key] and r.cursor < len(r.plan.steps)}
 
 
-def execute(kube: Kube, desired: Desired, plan: Plan, settings: ExecSettings,
-            reporter: Reporter, on_wait: Callable[[str, float], None],
-            *, replan: bool) -> list[WorkloadOutcome]:
+def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
+            on_wait: Callable[[str, float], None], *, replan: bool) -> list[WorkloadOutcome]:
     """Take the Lease, resume or run every workload, release the Lease.
 
     With ``replan`` (an unsaved plan shown before the Lease was taken), the plan is computed
     again under the Lease and must still have the same steps.
     """
-    lease_kube = Kube(kube.api_client, KubeSettings(request_timeout_s=5.0))
-    lease = Lease(lease_kube, LeaseSettings(namespace=settings.lease_namespace,
-                                            name=settings.lease_name,
-                                            identity=settings.identity))
-    lease.acquire(settings.lease_timeout_s, on_wait)
+    lease, kube = wiring.lease, wiring.kube
+    lease.acquire(wiring.settings.lease_timeout_s, on_wait)
     lease.start_renewing()
     try:
+        progress = wiring.progress(desired.config)
         if replan:
             again, _ = live_plan(kube, desired)
-            if _steps(again) != _steps(plan):
-                progress = ProgressStore(kube, settings.lease_namespace,
-                                         desired.config.instance, lease)
-                if not resumable(again, progress.list()):
-                    raise StalePlanError("the cluster changed while waiting for the Lease; "
-                                         "run gitray apply again to see the new plan")
+            if _steps(again) != _steps(plan) and not resumable(again, progress.list()):
+                raise StalePlanError("the cluster changed while waiting for the Lease; "
+                                     "run gitray apply again to see the new plan")
             plan = again
-        progress = ProgressStore(kube, settings.lease_namespace, desired.config.instance, lease)
         resume = resumable(plan, progress.list())
         for key, record in sorted(resume.items()):
             step = record.plan.steps[record.cursor]
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        resolver = Resolver(kube, settings.dashboard_mode, settings.ray_token)
-        executor = Executor(Actions(kube, resolver), lease, desired.config, progress, reporter)
-        return executor.run_plan(plan, resume=resume)
+        return wiring.executor(desired.config, progress, reporter).run_plan(plan, resume=resume)
     finally:
         lease.stop_renewing()
         lease.release()

@@ -14,35 +14,27 @@ parallel up to ``maxParallel``. A failed wave stops the waves after it.
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
 from gitray.core.config import Config
 from gitray.core.errors import LeaseLostError, TerminalError, TransientError
 from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
+from gitray.engine.fence import Fence
 from gitray.engine.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
+from gitray.engine.waits import Backoff
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 
-__all__ = ["Executor", "Fence", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
+__all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
 
-RETRY_BUDGET_S = 120.0
+RETRY_BUDGET_S = 120.0  # transient errors of one step are retried for this long (pauses)
+RETRY_FIRST_S, RETRY_CAP_S = 0.5, 10.0  # doubling, each pause jittered by ±50 %
 _SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE}
-
-
-class Fence(Protocol):
-    """The Lease as the executor sees it (gitray.sync.lease.Lease)."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    def ensure_held(self) -> None: ...
 
 
 class Outcome(StrEnum):
@@ -81,7 +73,6 @@ class Executor:
                  progress: ProgressStore | None = None, reporter: Reporter | None = None) -> None:
         self.actions = actions
         self.fence = fence
-        actions.fence = fence.ensure_held  # writes inside wait steps are fenced too
         self.config = config
         self.progress = progress
         self.reporter = reporter or (lambda _event: None)
@@ -171,7 +162,8 @@ class Executor:
     def _run_step(self, wp: WorkloadPlan, index: int, step: Step) -> str:
         """Run one step: fence first if it mutates; retry transient errors with backoff."""
         total = len(wp.steps)
-        delay, spent = 0.5, 0.0
+        pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
+        spent = 0.0
         while True:
             if step.type.mutates:
                 self.fence.ensure_held()
@@ -185,13 +177,12 @@ class Executor:
             except TransientError as e:
                 if spent >= RETRY_BUDGET_S:
                     raise TerminalError(f"{e} (still failing after {spent:.0f} s of retries)") \
-                        from None
-                pause = delay * random.uniform(0.5, 1.5)  # jitter, not cryptography
+                        from e
+                pause = pauses.next()
                 self._emit(StepEvent(wp.key, index + 1, total, step, "progress",
                                      f"retrying in {pause:.1f} s: {e}"))
                 self.actions.clock.sleep(pause)
                 spent += pause
-                delay = min(delay * 2, 10.0)
 
     def _clean_up_failure(self, wp: WorkloadPlan, failed_at: int) -> str:
         """A RayService upgrade failed before traffic moved: remove (or mark) its new cluster."""

@@ -26,9 +26,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-from gitray.core.errors import LeaseLostError, TerminalError
+from gitray.core.errors import ConflictError, LeaseLostError, TerminalError
 from gitray.core.model import (
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -38,7 +38,8 @@ from gitray.core.model import (
     stable_hash,
 )
 from gitray.core.timefmt import utc_timestamp
-from gitray.k8s.client import ConflictError, Kube
+from gitray.engine.fence import Fence
+from gitray.k8s.client import Kube
 from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
 from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
 
@@ -49,7 +50,6 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "RECORD_FORMAT_VERSION",
     "ROLE_PROGRESS",
-    "Fence",
     "ProgressStore",
     "Record",
     "RunState",
@@ -139,15 +139,6 @@ class Record:
         """Id of the step at the cursor (None when every step has run)."""
         steps = self.plan.steps
         return steps[self.cursor].id if self.cursor < len(steps) else None
-
-
-class Fence(Protocol):
-    """What the store needs from the Lease (:class:`gitray.sync.lease.Lease` is one)."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    def ensure_held(self) -> None: ...
 
 
 # ---- JSON codec (pure) ----------------------------------------------------------------------

@@ -12,8 +12,8 @@ for):
 
 Nothing outside the directory is read: symlinks are resolved and refused when they leave it, and
 files over the size limits are listed with a ``problem`` instead of being read. Credentials in
-http(s) URLs reach git only through its environment (an inline credential helper): never argv,
-the cache's config, logs or error messages (``redact``).
+http(s) URLs reach git only through its environment (``gitray.core.credentials``): never argv,
+the cache's config, logs or error messages. Signatures and ancestry: ``gitray.git.signing``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from gitray.core.credentials import git_auth, redact_url
 from gitray.core.errors import SourceError
 from gitray.core.snapshot import (
     MAX_FILE_BYTES,
@@ -45,12 +45,9 @@ __all__ = [
     "Fetched",
     "default_cache_dir",
     "fetch_branch",
-    "is_ancestor",
     "is_url",
     "read_snapshot",
-    "redact",
     "resolve_revision",
-    "verify_commit",
 ]
 
 WORKTREE = "worktree"
@@ -61,18 +58,7 @@ FETCH_TIMEOUT_S = 300
 _SYMLINK_HOPS = 8
 _MODE_SYMLINK = 0o120000
 _MODE_SUBMODULE = 0o160000
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:(?!//)")
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
-_HELPER = (
-    '!f() { test "$1" = get || exit 0; echo "username=$GITRAY_GIT_USERNAME"; '
-    'echo "password=$GITRAY_GIT_PASSWORD"; }; f'
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with the user/password part of every URL in it replaced by ``***``."""
-    return _USERINFO.sub("***@", text)
 
 
 def is_url(repo: str) -> bool:
@@ -80,7 +66,7 @@ def is_url(repo: str) -> bool:
 
 
 def default_cache_dir(url: str) -> Path:
-    digest = hashlib.sha256(redact(url).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
     return Path.home() / ".cache" / "gitray" / "repos" / digest
 
 
@@ -92,7 +78,7 @@ def read_snapshot(
         bare = _fetch(repo, cache_dir or default_cache_dir(repo))
         # the cache holds the remote's branches as local ones: "origin/main" is "main" there
         wanted = (revision or _head_branch(bare)).removeprefix("origin/")
-        return _read_revision(bare, "", wanted, redact(repo))
+        return _read_revision(bare, "", wanted, redact_url(repo))
     directory = Path(repo)
     if not directory.is_dir():
         raise SourceError(f"{repo}: not a directory (give a repository directory or a URL)")
@@ -125,39 +111,7 @@ def fetch_branch(url: str, branch: str | None = None, *,
     cache = cache_dir or default_cache_dir(url)
     bare = _fetch(url, cache)
     wanted = (branch or _head_branch(bare)).removeprefix("origin/")
-    return Fetched(cache, _commit(bare, wanted, redact(url)).hexsha, wanted)
-
-
-def verify_commit(repo_dir: Path, sha: str, allowed_signers: Path) -> str:
-    """Check that commit ``sha`` is SSH-signed by a key in ``allowed_signers`` (git's
-    ``gpg.ssh.allowedSignersFile`` format). Returns the signer; raises SourceError otherwise."""
-    if not allowed_signers.is_file():
-        raise SourceError(f"allowed signers file {allowed_signers} does not exist")
-    found = git.Repo(repo_dir)
-    try:
-        out = found.git.execute(
-            ["git", "-c", "gpg.format=ssh", "-c",
-             f"gpg.ssh.allowedSignersFile={allowed_signers}", "verify-commit", "--raw", sha],
-            with_extended_output=True, kill_after_timeout=FETCH_TIMEOUT_S)
-        stderr = str(out[2])
-    except GitCommandError as err:
-        text = (err.stderr or "").strip()
-        if "no signature" in text.lower() or not text:
-            raise SourceError(f"commit {sha[:7]} is not signed") from None
-        last = text.splitlines()[-1].strip().removeprefix("stderr: ").strip("'")
-        raise SourceError(f"commit {sha[:7]} is not signed by an allowed key ({last})") \
-            from None
-    match = re.search(r'Good "git" signature for (\S+)', stderr)
-    return match.group(1) if match else "an allowed key"
-
-
-def is_ancestor(repo_dir: Path, older: str, newer: str) -> bool:
-    """Whether ``older`` is in the history of ``newer`` (False if ``older`` is gone)."""
-    try:
-        git.Repo(repo_dir).git.merge_base("--is-ancestor", older, newer)
-    except GitCommandError:
-        return False
-    return True
+    return Fetched(cache, _commit(bare, wanted, redact_url(url)).hexsha, wanted)
 
 
 def resolve_revision(repo: str, revision: str) -> str:
@@ -271,7 +225,7 @@ def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
     try:
         commit = found.commit(revision)
     except (git.BadName, ValueError, GitCommandError, IndexError):
-        raise SourceError(f"{redact(shown)}: unknown revision {revision!r}") from None
+        raise SourceError(f"{redact_url(shown)}: unknown revision {revision!r}") from None
     return commit
 
 
@@ -334,14 +288,10 @@ def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -
 
 def _fetch(url: str, cache: Path) -> git.Repo:
     """A bare cache of ``url`` with its branches and tags up to date; HEAD = remote HEAD."""
-    shown = redact(url)
-    clean, auth = _without_credentials(url)
-    env = {**_GIT_ENV, **auth}
-    # Credentials reach git through its environment and an inline credential helper: never
-    # in argv (visible to other users, logged by GitPython) nor in the cache's config.
-    helper = (
-        ["-c", "credential.helper=", "-c", f"credential.helper={_HELPER}"] if auth else []
-    )
+    shown = redact_url(url)
+    # credentials reach git through its environment only (gitray.core.credentials)
+    auth = git_auth(url)
+    clean, env, helper = auth.url, auth.env, auth.args
     try:
         if _open_bare(cache) is None:
             cache.mkdir(parents=True, exist_ok=True)
@@ -371,19 +321,6 @@ def _fetch(url: str, cache: Path) -> git.Repo:
     return found
 
 
-def _without_credentials(url: str) -> tuple[str, dict[str, str]]:
-    """An http(s) URL without ``user:password@``, and the environment carrying them."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
-        return url, {}
-    host = parts.netloc.rsplit("@", 1)[1]
-    env = {
-        "GITRAY_GIT_USERNAME": unquote(parts.username or ""),
-        "GITRAY_GIT_PASSWORD": unquote(parts.password or ""),
-    }
-    return urlunsplit(parts._replace(netloc=host)), env
-
-
 def _head_branch(found: git.Repo) -> str:
     try:
         return str(found.head.reference.name)
@@ -399,7 +336,7 @@ def _git_reason(err: GitCommandError, url: str) -> str:
         if line.strip()
     ]
     reason = next((line for line in lines if line.startswith("fatal:")), lines[-1] if lines else "")
-    reason = redact(reason.replace(url, redact(url))) or f"git exited with {err.status}"
+    reason = redact_url(reason.replace(url, redact_url(url))) or f"git exited with {err.status}"
     return reason.removeprefix("fatal: ")
 
 

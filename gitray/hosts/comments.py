@@ -1,5 +1,5 @@
 """``gitray plan --comment``: one plan comment per (pull request, repository path), edited in
-place. Does I/O (HTTP to GitHub, Gitea/Forgejo or GitLab through ``statuses.HostApi``).
+place. Does I/O (HTTP to GitHub, Gitea/Forgejo or GitLab through ``gitray.hosts.api.HostApi``).
 
 The comment is found by a hidden marker ``<!-- gitray-plan:<repo path> -->`` on its first line,
 so plans of different paths of one repository live side by side and a new push edits the
@@ -13,8 +13,9 @@ from typing import Any
 from urllib.parse import quote
 
 from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.credentials import redact_secrets
 from gitray.core.errors import ConfigError
-from gitray.hosts.publisher import HostApi, redact
+from gitray.hosts.api import HostApi, api_base_url, repo_path
 
 __all__ = ["BODY_LIMITS", "marker_for", "upsert_plan_comment"]
 
@@ -22,8 +23,6 @@ __all__ = ["BODY_LIMITS", "marker_for", "upsert_plan_comment"]
 BODY_LIMITS = {StatusProvider.GITHUB: 65536, StatusProvider.GITEA: 65536,
                StatusProvider.GITLAB: 1_000_000}
 _TRUNCATED = "\n\n… (plan truncated: see `gitray plan` output for the rest)\n"
-_DEFAULT_URLS = {StatusProvider.GITHUB: "https://api.github.com",
-                 StatusProvider.GITLAB: "https://gitlab.com/api/v4"}
 
 
 def marker_for(repo_path: str) -> str:
@@ -39,14 +38,12 @@ def upsert_plan_comment(settings: StatusSettings, token: str | None, pr: int, re
     if kind not in BODY_LIMITS:
         raise ConfigError(f"plan comments need status.provider github, gitea or gitlab, "
                           f"not {kind}")
-    url = settings.url or _DEFAULT_URLS.get(kind, "")
+    url = api_base_url(kind, settings.url)
     if not url or not settings.repository:
         raise ConfigError(f"plan comments on {kind} need status.url and status.repository")
     marker = marker_for(repo_path)
     # A plan may quote a value that happens to be the token: it never reaches the comment.
-    body = _body(marker, redact(body_markdown, [token or ""]), BODY_LIMITS[kind])
-    if kind is StatusProvider.GITEA:
-        url = url.rstrip("/").removesuffix("/api/v1") + "/api/v1"
+    body = _body(marker, redact_secrets(body_markdown, [token or ""]), BODY_LIMITS[kind])
     api = HostApi(kind, url, token)
     try:
         if kind is StatusProvider.GITLAB:
@@ -71,13 +68,9 @@ def _find(items: list[dict[str, Any]], marker: str) -> dict[str, Any] | None:
     return None
 
 
-def _repo(repository: str) -> str:
-    return "/".join(quote(p, safe="") for p in repository.strip("/").split("/"))
-
-
 def _upsert_issue_comment(api: HostApi, repository: str, pr: int, marker: str,
                           body: str) -> str:
-    base = f"/repos/{_repo(repository)}/issues"
+    base = f"/repos/{repo_path(repository)}/issues"
     what = f"plan comment on #{pr}"
     existing = sorted(api.pages(f"{base}/{pr}/comments", what=what),
                       key=lambda c: int(c.get("id", 0)))

@@ -2,7 +2,8 @@
 
 :class:`Kube` is a thin, dict-in/dict-out wrapper over the dynamic client: get, list by label
 selector, create, replace (compare-and-swap on resourceVersion), merge/json patch,
-server-side apply and delete, plus watch. API errors are mapped onto gitray's error tree:
+server-side apply and delete, plus watch. API errors are mapped onto gitray's error tree
+(``gitray.core.errors``):
 
     NotFoundError(TerminalError)     404
     ConflictError(TransientError)    409 (resourceVersion CAS lost, or already exists)
@@ -19,7 +20,6 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,60 +31,26 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from gitray.core.errors import ConfigError, TerminalError, TransientError
+from gitray.core.errors import (
+    ConfigError,
+    ConflictError,
+    ForbiddenError,
+    InvalidError,
+    NotFoundError,
+    TransientError,
+)
 from gitray.core.http import RawResponse
+from gitray.k8s.settings import KubeSettings
 
 __all__ = [
     "FIELD_MANAGER",
-    "ConflictError",
-    "ForbiddenError",
-    "InvalidError",
     "Kube",
-    "KubeSettings",
-    "NotFoundError",
-    "cluster_configured",
     "default_namespace",
 ]
 
 FIELD_MANAGER = "gitray"
 LIST_PAGE = 1000  # items per LIST page: bounds one response, keeps requests per kind low
 _T = TypeVar("_T")
-
-
-class NotFoundError(TerminalError):
-    """The object (or its kind) does not exist."""
-
-
-class ConflictError(TransientError):
-    """Compare-and-swap lost (resourceVersion changed) or the object already exists."""
-
-
-class ForbiddenError(TerminalError):
-    """RBAC refused the request."""
-
-
-class InvalidError(TerminalError):
-    """The API server rejected the object as invalid."""
-
-
-@dataclass(frozen=True)
-class KubeSettings:
-    kubeconfig: str | None = None  # default: $KUBECONFIG, ~/.kube/config, or in-cluster
-    context: str | None = None
-    request_timeout_s: float = 30.0
-    impersonate: str | None = None  # e.g. system:serviceaccount:gitray:gitray (tests, audits)
-
-
-def cluster_configured(settings: KubeSettings | None = None) -> bool:
-    """Whether a kubeconfig or in-cluster config is available (no connection attempted)."""
-    if settings and settings.kubeconfig:
-        return True
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    kubeconfig = os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        return any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
-    return (Path.home() / ".kube" / "config").is_file()
 
 
 _POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -34,17 +34,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitray.core.errors import ConfigError, GitrayError, LeaseLostError, TransientError
+from gitray.core.errors import (
+    ConfigError,
+    GitrayError,
+    LeaseBusyError,
+    LeaseLostError,
+    NotFoundError,
+    TransientError,
+)
 from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
 from gitray.core.timefmt import utc_timestamp
-from gitray.k8s.client import Kube, NotFoundError
+from gitray.k8s.client import Kube
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
     "LAPSE_MARGIN_S",
     "LEASE_API_VERSION",
     "Lease",
-    "LeaseBusyError",
     "LeaseRecord",
     "LeaseSettings",
     "Observation",
@@ -64,10 +70,6 @@ LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granulari
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
 log = logging.getLogger(__name__)
-
-
-class LeaseBusyError(TransientError):
-    """Another process held the Lease for longer than this process was willing to wait."""
 
 
 def default_identity() -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gitray.core.config import Config
+from gitray.core.errors import ForbiddenError
 from gitray.core.model import (
     API_VERSION_RAY,
     LABEL_INSTANCE,
@@ -21,7 +22,7 @@ from gitray.core.model import (
     LiveObject,
     LiveState,
 )
-from gitray.k8s.client import ForbiddenError, Kube
+from gitray.k8s.client import Kube
 
 __all__ = ["SUPPORTING_API_VERSIONS", "live_kinds", "managed_selector", "read_live_state"]
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 import json as _json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 import httpx
 
+from gitray.core.config import DashboardMode
 from gitray.core.errors import TerminalError, TransientError
 from gitray.core.http import RawResponse
 
-__all__ = ["ClusterApi", "DashboardMode", "Resolver", "ServeClient", "head_pod", "named_port"]
+__all__ = ["ClusterApi", "Resolver", "ServeClient", "head_pod", "named_port"]
 
 _DIRECT_TIMEOUT = httpx.Timeout(15.0, connect=3.0)
 _PROXY_TIMEOUT = httpx.Timeout(20.0)
@@ -54,12 +54,6 @@ class ClusterApi(Protocol):
 
     def get_or_none(self, api_version: str, kind: str, namespace: str,
                     name: str) -> dict[str, Any] | None: ...
-
-
-class DashboardMode(StrEnum):
-    SERVICE = "service"
-    POD_IP = "pod-ip"
-    PROXY = "proxy"
 
 
 def named_port(pod: Mapping[str, Any], name: str, default: int) -> int:

@@ -13,7 +13,8 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.client import Kube
+from gitray.k8s.settings import KubeSettings
 from tests.integration.gitops import (
     CALC,
     GREETER,

@@ -10,18 +10,19 @@ from typing import Any
 
 import pytest
 
-from gitray.core.config import Config
+from gitray.core.config import Config, DashboardMode
 from gitray.core.errors import LeaseLostError
 from gitray.core.model import ObjectKey, SourceLocation, Workload
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor
 from gitray.engine.progress import ProgressStore
-from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.client import Kube
 from gitray.k8s.lease import Lease, LeaseSettings
 from gitray.k8s.live import read_live_state
+from gitray.k8s.settings import KubeSettings
 from gitray.plans.materialize import materialize
 from gitray.plans.planner import compute_plan
-from gitray.ray.dashboard import DashboardMode, Resolver
+from gitray.ray.dashboard import Resolver
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config, output
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -219,7 +220,7 @@ def test_an_executor_with_an_old_epoch_cannot_act(testenv: TestEnv, namespace: s
                             configmap(namespace, "fenced", "x"), SourceLocation("f"))
         plan = compute_plan([workload], materialize([], Config()), Config(), revision="r",
                             against="live", now=__import__("datetime").datetime.now())
-        executor = Executor(Actions(old_kube, Resolver(old_kube, DashboardMode.POD_IP)), old,
+        executor = Executor(Actions(old_kube, Resolver(old_kube, DashboardMode.POD_IP), old), old,
                             Config(), ProgressStore(old_kube, namespace, "gitray", old))
         with pytest.raises(LeaseLostError):
             executor.run_workload(plan.workloads[0], "r")

@@ -162,7 +162,7 @@ def note_lines(bare: Path, sha: str) -> list[dict[str, Any]]:
 
 
 def notes(bare: Path, sha: str) -> dict[str, dict[str, Any]]:
-    from gitray.hosts.publisher import GitNotesProvider
+    from gitray.hosts.notes import GitNotesProvider
 
     return GitNotesProvider(bare).records(sha)
 

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from gitray.core.config import Config
+from gitray.core.errors import ForbiddenError
 from gitray.core.model import (
     ANN_DELETE_AFTER,
     LABEL_INSTANCE,
@@ -40,9 +41,10 @@ from gitray.core.model import (
     SourceLocation,
 )
 from gitray.engine.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
-from gitray.k8s.client import ForbiddenError, Kube, KubeSettings
+from gitray.k8s.client import Kube
 from gitray.k8s.lease import Lease, LeaseSettings
 from gitray.k8s.live import managed_selector, read_live_state
+from gitray.k8s.settings import KubeSettings
 from gitray.parsing.config import env_overrides, parse_config
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
 from tests.integration.gitops import GitOpsRepo, Gitray, dump, gitray_config, output

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gitray.k8s import client as kube_module
-from gitray.k8s.client import Kube, KubeSettings
+from gitray.k8s.client import Kube
+from gitray.k8s.settings import KubeSettings
 from tests.testenv.helpers import TestEnv
 
 

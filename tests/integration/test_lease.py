@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from gitray.core.errors import LeaseLostError
-from gitray.k8s.client import Kube, KubeSettings
-from gitray.k8s.lease import Lease, LeaseBusyError, LeaseSettings
+from gitray.core.errors import LeaseBusyError, LeaseLostError
+from gitray.k8s.client import Kube
+from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.settings import KubeSettings
 from tests.testenv.helpers import TestEnv, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

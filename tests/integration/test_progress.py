@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gitray.core.errors import LeaseLostError, TerminalError
+from gitray.core.errors import ConflictError, LeaseLostError, TerminalError
 from gitray.core.model import ObjectKey, SourceLocation
 from gitray.engine.progress import (
     MAX_MESSAGE_CHARS,
@@ -26,8 +26,9 @@ from gitray.engine.progress import (
     record_to_json,
     utc_now,
 )
-from gitray.k8s.client import ConflictError, Kube, KubeSettings
+from gitray.k8s.client import Kube
 from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.settings import KubeSettings
 from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
 from tests.testenv.helpers import TestEnv
 

@@ -15,14 +15,9 @@ from typing import Any
 import pytest
 
 from gitray.core.config import StatusProvider, StatusSettings
-from gitray.hosts.publisher import (
-    NOTES_REF,
-    CommitStatus,
-    GitNotesProvider,
-    State,
-    StatusPublisher,
-    make_publisher,
-)
+from gitray.hosts.notes import NOTES_REF, GitNotesProvider
+from gitray.hosts.publisher import StatusPublisher, make_publisher
+from gitray.hosts.status import CommitStatus, State
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@localhost", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}

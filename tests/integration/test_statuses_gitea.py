@@ -23,16 +23,9 @@ import pytest
 from gitray.core.config import StatusProvider, StatusSettings
 from gitray.core.model import ObjectKey
 from gitray.hosts.comments import marker_for, upsert_plan_comment
-from gitray.hosts.publisher import (
-    NOTES_REF,
-    CommitStatus,
-    GitNotesProvider,
-    State,
-    StatusPublisher,
-    context_for,
-    make_publisher,
-    step_description,
-)
+from gitray.hosts.notes import NOTES_REF, GitNotesProvider
+from gitray.hosts.publisher import StatusPublisher, make_publisher
+from gitray.hosts.status import CommitStatus, State, context_for, step_description
 from tests.gitea.build import build_any, static_dir
 from tests.gitea.server import ADMIN, Gitea
 

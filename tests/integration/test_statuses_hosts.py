@@ -14,18 +14,12 @@ import httpx
 import pytest
 
 from gitray.core.config import StatusProvider, StatusSettings
+from gitray.core.errors import StatusRejected
 from gitray.core.model import ObjectKey
-from gitray.hosts import publisher as statuses
+from gitray.hosts import api as host_api
 from gitray.hosts.comments import marker_for, upsert_plan_comment
-from gitray.hosts.publisher import (
-    CommitStatus,
-    State,
-    StatusPublisher,
-    StatusRejected,
-    context_for,
-    make_publisher,
-    step_description,
-)
+from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
+from gitray.hosts.status import CommitStatus, State, context_for, step_description
 from tests.githost import GitHost, Request
 
 TOKEN = "glpat-Integration-S3cret"
@@ -202,7 +196,7 @@ def test_server_errors_are_retried_until_the_status_is_there(host: GitHost,
 @pytest.mark.parametrize("flavor", ["github", "gitea"])
 def test_a_hanging_host_is_bounded_and_a_late_post_is_not_repeated(
         host: GitHost, flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statuses, "HTTP_TIMEOUT", httpx.Timeout(0.5))
+    monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.5))
     clock = Clock()
     provider = make_publisher(settings_for(host, flavor), token=TOKEN, repo_dir=None).provider
     publisher = StatusPublisher(provider, clock=clock)
@@ -221,7 +215,7 @@ def test_a_hanging_host_is_bounded_and_a_late_post_is_not_repeated(
 
 
 def test_gitlab_hanging_then_recovering(host: GitHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statuses, "HTTP_TIMEOUT", httpx.Timeout(0.5))
+    monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.5))
     clock = Clock()
     provider = make_publisher(settings_for(host, "gitlab"), token=TOKEN, repo_dir=None).provider
     publisher = StatusPublisher(provider, clock=clock)
@@ -318,4 +312,4 @@ def test_a_replica_with_fresh_memory_does_not_repeat_what_the_host_shows(
         replica.publish(CommitStatus(SHA, workload, State.SUCCESS, "converged at 89abcdef"))
         replica.publish(CommitStatus(SHA, "gitray", State.SUCCESS, "1 workload converged"))
     assert len(status_posts(host)) == before
-    assert replica.counts() == statuses.PublishCounts(deduplicated=4)
+    assert replica.counts() == PublishCounts(deduplicated=4)

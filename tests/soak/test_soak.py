@@ -83,7 +83,7 @@ class Memory:
 
 
 def final_state(bare: Path, sha: str) -> str | None:
-    from gitray.hosts.publisher import GitNotesProvider
+    from gitray.hosts.notes import GitNotesProvider
 
     record = GitNotesProvider(bare).records(sha).get("gitray")
     state = record.get("state") if record else None

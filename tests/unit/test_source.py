@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gitray.core.credentials import redact_url as redact
 from gitray.core.errors import SourceError
 from gitray.core.snapshot import MAX_FILE_BYTES, RepoFile, Snapshot
-from gitray.git.source import default_cache_dir, is_url, read_snapshot, redact, resolve_revision
+from gitray.git.source import default_cache_dir, is_url, read_snapshot, resolve_revision
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",

@@ -14,23 +14,21 @@ import httpx
 import pytest
 
 from gitray.core.config import StatusProvider, StatusSettings
-from gitray.core.errors import ConfigError, TransientError
+from gitray.core.credentials import redact_secrets as redact
+from gitray.core.errors import ConfigError, StatusRejected, TransientError
 from gitray.core.model import ObjectKey
-from gitray.hosts import publisher as statuses
+from gitray.hosts import api as host_api
+from gitray.hosts.api import auth_headers, token_from
 from gitray.hosts.comments import marker_for, upsert_plan_comment
-from gitray.hosts.publisher import (
+from gitray.hosts.gitlab import gitlab_state
+from gitray.hosts.notes import GitNotesProvider
+from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
+from gitray.hosts.status import (
     CommitStatus,
     NullProvider,
     State,
-    StatusPublisher,
-    StatusRejected,
-    auth_headers,
     context_for,
-    gitlab_state,
-    make_publisher,
-    redact,
     step_description,
-    token_from,
     trim,
 )
 from tests.githost import GitHost
@@ -189,7 +187,7 @@ def test_the_same_state_and_description_is_posted_once() -> None:
     assert publisher.publish(status(State.PENDING, "step 1/2: x")) is True
     assert publisher.publish(status(State.PENDING, "step 1/2: x")) is False
     assert [p.description for p in provider.posts] == ["planned", "step 1/2: x"]
-    assert publisher.counts() == statuses.PublishCounts(posted=2, deduplicated=2)
+    assert publisher.counts() == PublishCounts(posted=2, deduplicated=2)
 
 
 def test_dedup_compares_the_trimmed_description() -> None:
@@ -231,7 +229,7 @@ def test_a_transient_failure_is_retried_by_flush_after_the_backoff() -> None:
     clock.now += 1
     assert publisher.flush() == 0
     assert [p.state for p in provider.posts] == [State.SUCCESS]
-    assert publisher.counts() == statuses.PublishCounts(posted=1, retried=2)
+    assert publisher.counts() == PublishCounts(posted=1, retried=2)
 
 
 def test_retries_are_bounded() -> None:
@@ -277,7 +275,7 @@ def test_the_none_provider_publishes_nothing() -> None:
     publisher = make_publisher(StatusSettings(), token=None, repo_dir=None)
     assert isinstance(publisher.provider, NullProvider)
     assert publisher.publish(status()) is False
-    assert publisher.counts() == statuses.PublishCounts()
+    assert publisher.counts() == PublishCounts()
 
 
 @pytest.mark.parametrize(
@@ -323,7 +321,7 @@ def test_the_token_never_appears_in_logs_errors_statuses_or_comments(
         host: GitHost, flavor: str, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, httpx and httpcore included
-    monkeypatch.setattr(statuses, "HTTP_TIMEOUT", httpx.Timeout(0.3))
+    monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.3))
     url = host.url + ("/api/v4" if flavor == "gitlab" else "")
     settings = StatusSettings(StatusProvider(flavor), url=url, repository="o/r")
     seen: list[str] = []
@@ -384,7 +382,7 @@ def test_a_stale_lock_on_the_remote_notes_is_reported_not_merged_around(tmp_path
     lock = tmp_path / "remote.git" / "refs" / "notes" / "gitray.lock"
     lock.parent.mkdir(parents=True)
     lock.touch()  # what a push that crashed leaves behind
-    provider = statuses.GitNotesProvider(work, str(tmp_path / "remote.git"))
+    provider = GitNotesProvider(work, str(tmp_path / "remote.git"))
     status = CommitStatus(sha, "gitray", State.SUCCESS, "converged")
     with pytest.raises(TransientError, match=r"refs/notes/gitray is locked .*gitray\.lock"):
         provider.post(status)

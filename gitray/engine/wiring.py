@@ -1,0 +1,70 @@
+"""The one composition root: builds the engine's object graph for ``gitray apply`` and
+``gitray sync`` alike. I/O only through what it builds.
+
+::
+
+    Wiring(kube, ExecSettings)
+      ├── lease      Lease on its own short-timeout client (renews must not queue behind
+      │              slow requests), with client-go's durations
+      ├── resolver   how Ray dashboards are reached (and the Ray token)
+      ├── progress(config)                  ProgressStore: run records, fenced by the lease
+      └── executor(config, progress, reporter)
+                     Executor(Actions(kube, resolver, fence=lease), fence=lease, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gitray.core.config import Config, DashboardMode
+from gitray.engine.actions import Actions
+from gitray.engine.executor import Executor, Reporter
+from gitray.engine.progress import ProgressStore
+from gitray.k8s.client import Kube
+from gitray.k8s.lease import DEFAULT_LEASE_NAME, Lease, LeaseSettings, default_identity
+from gitray.k8s.settings import KubeSettings
+from gitray.ray.dashboard import Resolver
+
+__all__ = ["LEASE_REQUEST_TIMEOUT_S", "ExecSettings", "Wiring"]
+
+LEASE_REQUEST_TIMEOUT_S = 5.0  # well under the renew deadline
+
+
+@dataclass(frozen=True)
+class ExecSettings:
+    """How to execute: which Lease (timings per client-go), how long ``gitray apply`` waits
+    for it, how to reach dashboards, and who this process is."""
+
+    lease_namespace: str  # no invented default: the CLI resolves it as kubectl would
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_timeout_s: float = 60.0
+    lease_duration_s: int = 15
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    dashboard_mode: DashboardMode = DashboardMode.PROXY
+    ray_token: str | None = None
+    identity: str = field(default_factory=default_identity)
+
+
+class Wiring:
+    """Everything a pass needs, built once per process from one client and one settings."""
+
+    def __init__(self, kube: Kube, settings: ExecSettings) -> None:
+        self.kube = kube
+        self.settings = settings
+        lease_kube = Kube(kube.api_client, KubeSettings(request_timeout_s=LEASE_REQUEST_TIMEOUT_S))
+        self.lease = Lease(lease_kube, LeaseSettings(
+            namespace=settings.lease_namespace, name=settings.lease_name,
+            identity=settings.identity, lease_duration_s=settings.lease_duration_s,
+            renew_deadline_s=settings.renew_deadline_s, retry_period_s=settings.retry_period_s))
+        self.resolver = Resolver(kube, settings.dashboard_mode, settings.ray_token)
+
+    def progress(self, config: Config) -> ProgressStore:
+        """The run records of ``config``'s gitray instance, fenced by the Lease."""
+        return ProgressStore(self.kube, self.settings.lease_namespace, config.instance,
+                             self.lease)
+
+    def executor(self, config: Config, progress: ProgressStore,
+                 reporter: Reporter) -> Executor:
+        return Executor(Actions(self.kube, self.resolver, self.lease), self.lease, config,
+                        progress, reporter)
