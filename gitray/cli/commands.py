@@ -275,8 +275,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_sync(args: argparse.Namespace) -> int:
-    from gitray.daemon.daemon import Daemon, DaemonSettings
+    from gitray.daemon.daemon import Daemon
     from gitray.daemon.logs import setup_logging
+    from gitray.daemon.settings import DaemonSettings
     from gitray.engine.wiring import ExecSettings
     from gitray.hosts.api import token_from
     from gitray.parsing.config import env_overrides

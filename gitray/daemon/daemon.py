@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -41,27 +39,28 @@ from gitray.core.errors import (
     TransientError,
     ValidationError,
 )
-from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
+from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
-from gitray.core.timefmt import parse_timestamp
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
-from gitray.engine.apply import Desired, desired_config, desired_from, live_plan, resumable
+from gitray.daemon.reporting import StatusBridge, event_target
+from gitray.daemon.settings import DaemonSettings
+from gitray.daemon.state import StateBox
+from gitray.engine.apply import Desired, desired_from, live_plan, resumable
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
-from gitray.engine.progress import Record, RunState
-from gitray.engine.wiring import ExecSettings, Wiring
+from gitray.engine.progress import RunState
+from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import fetch_branch, read_snapshot
-from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
-from gitray.hosts.status import CommitStatus, State, context_for, step_description
+from gitray.hosts.status import step_description
 from gitray.k8s.client import Kube
-from gitray.k8s.events import EventRecorder, EventTarget
+from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
-from gitray.k8s.settings import KubeSettings
+from gitray.plans.filters import earliest_deadline, only_deletions, skip_failed
 from gitray.plans.load import LoadMemo
-from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Plan
 
-__all__ = ["Daemon", "DaemonSettings", "PostStatus"]
+__all__ = ["Daemon", "PostStatus"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -69,45 +68,6 @@ STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSec
 
 # (sha, workload or None for the overall context, state, description) -> None
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
-
-
-@dataclass(frozen=True)
-class DaemonSettings:
-    """What ``gitray sync`` follows and serves; ``execution`` is shared with ``gitray apply``
-    (the Lease, its timings, dashboards, identity)."""
-
-    repo: str
-    execution: ExecSettings
-    branch: str | None = None
-    interval_s: float = 30.0
-    drift_every: int = 10  # polls between drift checks (0: never)
-    deletion_interval_s: float = 15.0
-    http_host: str = "0.0.0.0"
-    http_port: int = 8080
-    webhook_secret: bytes | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    kube: KubeSettings = field(default_factory=KubeSettings)
-    cache_dir: Path | None = None
-    max_backoff_s: float = 300.0
-    status_token: str | None = None  # for the Git host's status API (never logged)
-    allowed_signers: Path | None = None  # when set, only commits signed by these keys apply
-
-
-@dataclass
-class _State:
-    """What the daemon knows between jobs (guarded by Daemon._lock)."""
-
-    fetched: str = ""  # newest commit seen on the branch
-    synced: str = ""  # commit the cluster last fully converged to
-    attempted: str = ""  # commit of the last pass (converged or not)
-    refused: str = ""  # commit refused as invalid (not retried, status already posted)
-    retry_at: float = 0.0  # monotonic time of a due retry (0: none)
-    failures: int = 0  # consecutive failed passes (backoff)
-    polls: int = 0
-    next_deletion: float = 0.0  # wall time of the earliest deletion deadline (inf: none)
-    git_problem: str = ""
-    api_problem: str = ""
-    ready: bool = False
 
 
 class Daemon:
@@ -120,18 +80,17 @@ class Daemon:
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
         self.events = EventRecorder(self.kube, settings.execution.identity)
-        self.state = _State()
+        self.state = StateBox()  # shared by the jobs, the webhook and the probes
         # passes re-read the same commit (drift, deletions, retries) and new commits change a
         # few files: keep the last commit's files and each file's validated result
         self._snapshot: Snapshot | None = None
         self._memo = LoadMemo()
         self._lock = threading.Lock()  # one sync pass at a time
-        self._state_lock = threading.Lock()
         self._stopping = threading.Event()
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.http = HttpEndpoints(
             (settings.http_host, settings.http_port),
-            Probes(healthy=self._healthy, ready=lambda: self.state.ready,
+            Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
                    leader=lambda: self.lease.is_leader, detail=self._detail),
             self.metrics, self.trigger_poll, settings.webhook_secret)
 
@@ -149,7 +108,7 @@ class Daemon:
                                seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
-        self.state.ready = True
+        self.state.update(ready=True)
         log.info("gitray sync started", extra={"repo": redact_url(self.settings.repo),
                                                "identity": self.settings.execution.identity,
                                                "http_port": self.http.port})
@@ -204,7 +163,7 @@ class Daemon:
         return not self._stopping.is_set() and self.scheduler.running
 
     def _detail(self) -> dict[str, object]:
-        s = self.state
+        s = self.state.current
         return {"synced": s.synced, "fetched": s.fetched, "git": s.git_problem or "ok",
                 "api": s.api_problem or "ok"}
 
@@ -242,30 +201,31 @@ class Daemon:
             return
         self.statuses.flush()
         self.metrics.polls.inc()
-        self.state.polls += 1
+        _, state = self.state.change(lambda s: replace(s, polls=s.polls + 1))
         started = time.monotonic()
         try:
             fetched = fetch_branch(self.settings.repo, self.settings.branch,
                                    cache_dir=self.settings.cache_dir)
         except GitrayError as e:
             self.metrics.git_errors.inc()
-            if self.state.git_problem != str(e):
+            problem = str(e)
+            before, _ = self.state.change(lambda s: replace(s, git_problem=problem))
+            if before.git_problem != problem:
                 log.error("git: %s (nothing is applied or pruned until it reads again)", e)
-            self.state.git_problem = str(e)
             return
         finally:
             self.metrics.git_fetch.observe(time.monotonic() - started)
-        if self.state.git_problem:
+        before, state = self.state.change(
+            lambda s: replace(s, git_problem="", fetched=fetched.sha))
+        if before.git_problem:
             log.info("git: reading again")
-        self.state.git_problem = ""
-        self.state.fetched = fetched.sha
         drift = bool(self.settings.drift_every) and \
-            self.state.polls % self.settings.drift_every == 0
-        retry = bool(self.state.retry_at) and time.monotonic() >= self.state.retry_at
-        if fetched.sha == self.state.refused:
+            state.polls % self.settings.drift_every == 0
+        retry = bool(state.retry_at) and time.monotonic() >= state.retry_at
+        if fetched.sha == state.refused:
             return
-        if fetched.sha != self.state.attempted:
-            synced = self.state.synced
+        if fetched.sha != state.attempted:
+            synced = state.synced
             if synced and not is_ancestor(fetched.cache, synced, fetched.sha):
                 log.warning("the history of %s was rewritten: the synced commit %s is not an "
                             "ancestor of %s; syncing the new tip", fetched.branch, synced[:7],
@@ -273,20 +233,21 @@ class Daemon:
             self.sync(fetched.cache, fetched.sha, "commit")
         elif retry:
             self.sync(fetched.cache, fetched.sha, "retry")
-        elif drift and fetched.sha == self.state.synced:
+        elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
 
     def _deletion_job(self) -> None:
-        if self._stopping.is_set() or not self.lease.is_leader or not self.state.synced:
+        state = self.state.current
+        if self._stopping.is_set() or not self.lease.is_leader or not state.synced:
             return
-        if time.time() < self.state.next_deletion:
+        if time.time() < state.next_deletion:
             return  # no old cluster is due yet: no need to read the cluster
         cache = self.settings.cache_dir
         if cache is None:
             from gitray.git.source import default_cache_dir
 
             cache = default_cache_dir(self.settings.repo)
-        self.sync(cache, self.state.synced, "deletions")
+        self.sync(cache, state.synced, "deletions")
 
     # ---- one pass -----------------------------------------------------------------------
 
@@ -313,25 +274,25 @@ class Daemon:
             finally:
                 self.metrics.sync_duration.labels(trigger).observe(time.monotonic() - started)
                 self.metrics.last_sync_time.set(time.time())
-            self.state.api_problem = ""
+            self.state.update(api_problem="")
             return outcomes
 
     def _backoff(self) -> None:
-        self.state.failures += 1
-        delay = min(self.settings.interval_s * 2 ** self.state.failures,
-                    self.settings.max_backoff_s)
-        self.state.retry_at = time.monotonic() + delay
+        _, state = self.state.change(lambda s: replace(s, failures=s.failures + 1))
+        delay = min(self.settings.interval_s * 2 ** state.failures, self.settings.max_backoff_s)
+        self.state.update(retry_at=time.monotonic() + delay)
         log.info("will retry in %.0f s", delay)
 
     def _api_problem(self, e: GitrayError) -> None:
         self.metrics.api_errors.labels(type(e).__name__).inc()
-        if self.state.api_problem != str(e):
+        problem = str(e)
+        before, _ = self.state.change(lambda s: replace(s, api_problem=problem))
+        if before.api_problem != problem:
             log.error("Kubernetes API: %s", e)
-        self.state.api_problem = str(e)
 
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
-            self.state.attempted = sha
+            self.state.update(attempted=sha)
         if self._snapshot is None or self._snapshot.revision != sha:
             self._snapshot = read_snapshot(str(cache), sha)
         snapshot = self._snapshot
@@ -339,7 +300,7 @@ class Daemon:
             try:
                 signer = verify_commit(cache, sha, self.settings.allowed_signers)
             except SourceError as e:
-                self.state.refused = sha
+                self.state.update(refused=sha)
                 self.metrics.invalid_revisions.inc()
                 log.error("%s not applied: %s", sha[:7], e)
                 self.post_status(sha, None, "failure", f"not applied: {e}")
@@ -350,7 +311,7 @@ class Daemon:
         try:
             desired = desired_from(snapshot, self.settings.overrides, self._memo)
         except ValidationError as e:
-            self.state.refused = sha
+            self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()
             for diagnostic in e.diagnostics:
                 log.error("%s: %s", sha[:7], diagnostic)
@@ -358,15 +319,18 @@ class Daemon:
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
         plan, live = live_plan(self.kube, desired)
-        self.state.next_deletion = _earliest_deadline(live)
+        self.state.update(next_deletion=earliest_deadline(live))
         progress = self.wiring.progress(desired.config)
         records = progress.list()
-        selected = self._select(plan, records, trigger)
-        failed_before = [w.key for w, s in zip(plan.workloads, selected.workloads, strict=True)
-                         if w.steps and not s.steps]
-        plan = selected
+        plan, failed_before = skip_failed(plan, {
+            r.key: r.desired_hash for r in records
+            if r.state is RunState.FAILED and r.revision == plan.revision})
+        if trigger == "commit":
+            for key in failed_before:
+                log.info("%s failed at %s before; a new commit retries it", key,
+                         plan.revision[:7])
         if trigger == "deletions":
-            plan = _only_deletions(plan)
+            plan = only_deletions(plan)
         resume = resumable(plan, records)
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
@@ -381,7 +345,7 @@ class Daemon:
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
         executor = self.wiring.executor(desired.config, progress, self._reporter(sha))
         outcomes = executor.run_plan(plan, resume=resume)
-        self.state.next_deletion = 0.0  # steps may have scheduled or done deletions: re-read
+        self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._report(sha, outcomes, desired, plan)
         return outcomes
 
@@ -401,38 +365,20 @@ class Daemon:
             self.post_status(sha, None, "failure",
                              f"{len(failed)} of {len(outcomes)} workload(s) failed: "
                              f"{failed[0].key.kind} {failed[0].key.name}: {failed[0].reason}")
-            self.state.retry_at = 0.0
+            self.state.update(retry_at=0.0)
         else:
             self._converged(sha, desired, plan)
 
     def _converged(self, sha: str, desired: Desired, plan: Plan) -> None:
-        with self._state_lock:
-            first = self.state.synced != sha
-            self.state.synced = sha
-            self.state.failures = 0
-            self.state.retry_at = 0.0
+        before, _ = self.state.change(
+            lambda s: replace(s, synced=sha, failures=0, retry_at=0.0))
+        first = before.synced != sha
         self.metrics.synced(sha)
         if first:
             for w in desired.workloads:
                 self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}")
             self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "
                              f"sync at {sha[:7]}")
-
-    def _select(self, plan: Plan, records: list[Record], trigger: str) -> Plan:
-        """Leave out workloads whose run already failed for this spec at this revision."""
-        failed = {r.key: r for r in records
-                  if r.state is RunState.FAILED and r.revision == plan.revision}
-        keep: list[WorkloadPlan] = []
-        for w in plan.workloads:
-            record = failed.get(w.key)
-            if record is not None and record.desired_hash == w.desired_hash and w.steps:
-                if trigger == "commit":
-                    log.info("%s failed at %s before; a new commit retries it", w.key,
-                             plan.revision[:7])
-                keep.append(replace(w, steps=()))
-            else:
-                keep.append(w)
-        return replace(plan, workloads=tuple(keep))
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
         def report(event: StepEvent) -> None:
@@ -458,98 +404,3 @@ class Daemon:
         return report
 
 
-class StatusBridge:
-    """Posts the daemon's statuses through the provider the revision's settings name."""
-
-    def __init__(self, settings: DaemonSettings, metrics: Metrics) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self.publisher: StatusPublisher | None = None
-        self.prefix = "gitray"
-        self._chosen: tuple[object, ...] = ()
-        self._seen = PublishCounts()
-
-    def configure(self, snapshot: Snapshot, cache: Path) -> None:
-        """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
-        A revision whose settings are invalid keeps the previous provider."""
-        try:
-            config = desired_config(snapshot, self.settings.overrides)
-        except GitrayError:
-            return
-        status = config.status
-        chosen = (status.provider, status.url, status.repository, str(cache))
-        self.prefix = status.context_prefix
-        if chosen == self._chosen:
-            return
-        try:
-            self.publisher = make_publisher(status, token=self.settings.status_token,
-                                            repo_dir=cache, remote=self.settings.repo)
-            self._chosen = chosen
-            log.info("commit statuses: %s", status.provider.value)
-        except GitrayError as e:
-            log.error("commit statuses off: %s", e)
-
-    def post(self, sha: str, key: ObjectKey | None, state: str, description: str) -> None:
-        if self.publisher is None:
-            return
-        self.publisher.publish(CommitStatus(sha, context_for(self.prefix, key), State(state),
-                                            description))
-        self._count()
-
-    def flush(self) -> None:
-        if self.publisher is not None:
-            self.publisher.flush()
-            self._count()
-
-    def _count(self) -> None:
-        assert self.publisher is not None
-        now = self.publisher.counts()
-        for result in ("posted", "deduplicated", "retried", "failed"):
-            delta = getattr(now, result) - getattr(self._seen, result)
-            if delta > 0:
-                self.metrics.status_posts.labels(result).inc(delta)
-        self._seen = now
-
-
-_TARGET_KIND = {
-    StepType.CREATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.UPDATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.DEPLOY_SERVE: ("ray.io/v1", "RayCluster"),
-    StepType.SCHEDULE_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.DELETE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_UPGRADE: ("ray.io/v1", "RayCluster"),
-    StepType.CREATE_SERVICE: ("v1", "Service"),
-    StepType.SWITCH_SERVICE: ("v1", "Service"),
-    StepType.DELETE_SERVICE: ("v1", "Service"),
-    StepType.CREATE_JOB: ("ray.io/v1", "RayJob"),
-    StepType.DELETE_JOB: ("ray.io/v1", "RayJob"),
-}
-
-
-def event_target(step: Step) -> EventTarget | None:
-    """The object a step changed, for its Kubernetes Event (None: no Event)."""
-    api, kind = _TARGET_KIND.get(step.type, ("", ""))
-    if step.type in {StepType.APPLY_OBJECT, StepType.DELETE_OBJECT}:
-        manifest = step.params.get("manifest") or {}
-        api = str(manifest.get("apiVersion") or step.params.get("apiVersion") or "v1")
-        kind = str(manifest.get("kind") or step.params.get("kind") or "")
-    if not kind:
-        return None
-    reason = "".join(part.capitalize() for part in step.type.value.split("-"))
-    return EventTarget(api, kind, step.target, reason)
-
-
-def _earliest_deadline(live: LiveState) -> float:
-    """Wall time of the earliest persisted deletion deadline, inf when there is none."""
-    deadlines = [parse_timestamp(o.annotations.get(ANN_DELETE_AFTER, ""))
-                 for o in live.objects if ANN_DELETE_AFTER in o.annotations]
-    times = [d.timestamp() if d is not None else 0.0 for d in deadlines]
-    return min(times, default=math.inf)
-
-
-def _only_deletions(plan: Plan) -> Plan:
-    """Keep only workloads whose steps are all deletions of retired clusters."""
-    keep = tuple(w if w.steps and all(s.type is StepType.DELETE_CLUSTER for s in w.steps)
-                 else replace(w, steps=()) for w in plan.workloads)
-    return replace(plan, workloads=keep)

@@ -1,0 +1,106 @@
+"""What the daemon tells the world about a pass besides its logs: commit statuses on the Git
+host (through the provider the revision's gitray.yaml names) and Kubernetes Events on the
+objects a step changed. Best effort; I/O through ``gitray.hosts`` and ``gitray.k8s.events``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from gitray.core.errors import GitrayError
+from gitray.core.model import ObjectKey
+from gitray.core.snapshot import Snapshot
+from gitray.daemon.metrics import Metrics
+from gitray.daemon.settings import DaemonSettings
+from gitray.engine.apply import desired_config
+from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
+from gitray.hosts.status import CommitStatus, State, context_for
+from gitray.k8s.events import EventTarget
+from gitray.plans.plan import Step, StepType
+
+__all__ = ["StatusBridge", "event_target"]
+
+log = logging.getLogger("gitray.sync")
+
+
+class StatusBridge:
+    """Posts the daemon's statuses through the provider the revision's settings name."""
+
+    def __init__(self, settings: DaemonSettings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.publisher: StatusPublisher | None = None
+        self.prefix = "gitray"
+        self._chosen: tuple[object, ...] = ()
+        self._seen = PublishCounts()
+
+    def configure(self, snapshot: Snapshot, cache: Path) -> None:
+        """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
+        A revision whose settings are invalid keeps the previous provider."""
+        try:
+            config = desired_config(snapshot, self.settings.overrides)
+        except GitrayError:
+            return
+        status = config.status
+        chosen = (status.provider, status.url, status.repository, str(cache))
+        self.prefix = status.context_prefix
+        if chosen == self._chosen:
+            return
+        try:
+            self.publisher = make_publisher(status, token=self.settings.status_token,
+                                            repo_dir=cache, remote=self.settings.repo)
+            self._chosen = chosen
+            log.info("commit statuses: %s", status.provider.value)
+        except GitrayError as e:
+            log.error("commit statuses off: %s", e)
+
+    def post(self, sha: str, key: ObjectKey | None, state: str, description: str) -> None:
+        if self.publisher is None:
+            return
+        self.publisher.publish(CommitStatus(sha, context_for(self.prefix, key), State(state),
+                                            description))
+        self._count()
+
+    def flush(self) -> None:
+        if self.publisher is not None:
+            self.publisher.flush()
+            self._count()
+
+    def _count(self) -> None:
+        assert self.publisher is not None
+        now = self.publisher.counts()
+        for result in ("posted", "deduplicated", "retried", "failed"):
+            delta = getattr(now, result) - getattr(self._seen, result)
+            if delta > 0:
+                self.metrics.status_posts.labels(result).inc(delta)
+        self._seen = now
+
+
+_TARGET_KIND = {
+    StepType.CREATE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.UPDATE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.DEPLOY_SERVE: ("ray.io/v1", "RayCluster"),
+    StepType.SCHEDULE_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
+    StepType.CANCEL_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
+    StepType.DELETE_CLUSTER: ("ray.io/v1", "RayCluster"),
+    StepType.CANCEL_UPGRADE: ("ray.io/v1", "RayCluster"),
+    StepType.CREATE_SERVICE: ("v1", "Service"),
+    StepType.SWITCH_SERVICE: ("v1", "Service"),
+    StepType.DELETE_SERVICE: ("v1", "Service"),
+    StepType.CREATE_JOB: ("ray.io/v1", "RayJob"),
+    StepType.DELETE_JOB: ("ray.io/v1", "RayJob"),
+}
+
+
+def event_target(step: Step) -> EventTarget | None:
+    """The object a step changed, for its Kubernetes Event (None: no Event)."""
+    api, kind = _TARGET_KIND.get(step.type, ("", ""))
+    if step.type in {StepType.APPLY_OBJECT, StepType.DELETE_OBJECT}:
+        manifest = step.params.get("manifest") or {}
+        api = str(manifest.get("apiVersion") or step.params.get("apiVersion") or "v1")
+        kind = str(manifest.get("kind") or step.params.get("kind") or "")
+    if not kind:
+        return None
+    reason = "".join(part.capitalize() for part in step.type.value.split("-"))
+    return EventTarget(api, kind, step.target, reason)

@@ -1,0 +1,56 @@
+"""What the daemon knows between jobs, as immutable snapshots. No I/O.
+
+The scheduler's jobs, the webhook and the HTTP probes run on different threads. They never
+share a mutable object: each reads the current ``DaemonState`` (one atomic reference read)
+and every change is a new snapshot swapped in under the one lock of ``StateBox``, so a
+read-modify-write (``polls + 1``, ``failures + 1``) cannot lose an update.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["DaemonState", "StateBox"]
+
+
+@dataclass(frozen=True)
+class DaemonState:
+    fetched: str = ""  # newest commit seen on the branch
+    synced: str = ""  # commit the cluster last fully converged to
+    attempted: str = ""  # commit of the last pass (converged or not)
+    refused: str = ""  # commit refused as invalid (not retried, status already posted)
+    retry_at: float = 0.0  # monotonic time of a due retry (0: none)
+    failures: int = 0  # consecutive failed passes (backoff)
+    polls: int = 0
+    next_deletion: float = 0.0  # wall time of the earliest deletion deadline (inf: none)
+    git_problem: str = ""
+    api_problem: str = ""
+    ready: bool = False
+
+
+class StateBox:
+    """Holds the current ``DaemonState``; changes are swapped in under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = DaemonState()
+
+    @property
+    def current(self) -> DaemonState:
+        return self._state
+
+    def update(self, **changes: Any) -> DaemonState:
+        """Swap in the current state with ``changes``; returns the new snapshot."""
+        with self._lock:
+            self._state = replace(self._state, **changes)
+            return self._state
+
+    def change(self, fn: Callable[[DaemonState], DaemonState]) -> tuple[DaemonState, DaemonState]:
+        """Swap in ``fn(current)`` atomically; returns (before, after)."""
+        with self._lock:
+            before = self._state
+            self._state = fn(before)
+            return before, self._state

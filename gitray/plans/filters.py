@@ -1,0 +1,50 @@
+"""What a ``gitray sync`` pass leaves out of a plan, and when it must look again. Pure.
+
+- a workload whose run already failed for the same spec at this revision is not retried at
+  that revision (a later commit retries it);
+- a deletions pass keeps only workloads whose steps all delete retired clusters;
+- the earliest persisted deletion deadline tells the daemon when reading the cluster again
+  can find a due deletion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
+from gitray.core.timefmt import parse_timestamp
+from gitray.plans.plan import Plan, StepType, WorkloadPlan
+
+__all__ = ["earliest_deadline", "only_deletions", "skip_failed"]
+
+
+def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list[ObjectKey]]:
+    """``plan`` without the steps of workloads whose run failed at this revision for the same
+    desired spec (``failed``: key -> desired hash of such runs), and the keys left out."""
+    keep: list[WorkloadPlan] = []
+    skipped: list[ObjectKey] = []
+    for w in plan.workloads:
+        if w.steps and failed.get(w.key, None) == w.desired_hash:
+            keep.append(replace(w, steps=()))
+            skipped.append(w.key)
+        else:
+            keep.append(w)
+    return replace(plan, workloads=tuple(keep)), skipped
+
+
+def only_deletions(plan: Plan) -> Plan:
+    """Keep only workloads whose steps are all deletions of retired clusters."""
+    keep = tuple(w if w.steps and all(s.type is StepType.DELETE_CLUSTER for s in w.steps)
+                 else replace(w, steps=()) for w in plan.workloads)
+    return replace(plan, workloads=keep)
+
+
+def earliest_deadline(live: LiveState) -> float:
+    """Wall time of the earliest persisted deletion deadline, inf when there is none (an
+    unreadable deadline counts as due now: 0)."""
+    deadlines = [parse_timestamp(o.annotations.get(ANN_DELETE_AFTER, ""))
+                 for o in live.objects if ANN_DELETE_AFTER in o.annotations]
+    times = [d.timestamp() if d is not None else 0.0 for d in deadlines]
+    return min(times, default=math.inf)
