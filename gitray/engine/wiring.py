@@ -21,7 +21,8 @@ from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter
 from gitray.engine.progress import ProgressStore
 from gitray.k8s.client import Kube
-from gitray.k8s.lease import DEFAULT_LEASE_NAME, Lease, LeaseSettings, default_identity
+from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
+from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
 from gitray.ray.dashboard import Resolver
 

@@ -16,22 +16,18 @@ process last saw the record change*, on its own monotonic clock, never by the re
 Every write is a ``replace`` carrying the ``resourceVersion`` that was read (compare-and-swap),
 so two candidates can never both believe their write took the Lease.
 
-The pure rules (:func:`check_durations`, :class:`LeaseRecord`, :class:`Observation`,
-:func:`next_record`, :func:`renew_is_fresh`, :func:`retry_delay`) are separate from
-:class:`Lease`, which does the API calls and runs the renewing threads.
+The pure rules (durations, the record, what was observed since when, the next record to write,
+freshness, jitter) are in :mod:`gitray.k8s.election`; this module does the API calls and runs
+the renewing threads.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
-import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from gitray.core.errors import (
@@ -45,159 +41,23 @@ from gitray.core.errors import (
 from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
 from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import Kube
+from gitray.k8s.election import (
+    LeaseRecord,
+    LeaseSettings,
+    Observation,
+    next_record,
+    renew_is_fresh,
+    retry_delay,
+)
 
-__all__ = [
-    "DEFAULT_LEASE_NAME",
-    "LAPSE_MARGIN_S",
-    "LEASE_API_VERSION",
-    "Lease",
-    "LeaseRecord",
-    "LeaseSettings",
-    "Observation",
-    "check_durations",
-    "default_identity",
-    "next_record",
-    "renew_is_fresh",
-    "retry_delay",
-]
+__all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
 
-DEFAULT_LEASE_NAME = "gitray"
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 _KIND = "Lease"
-_JITTER = 1.2  # client-go's JitterFactor for acquire retries: wait period * [1, 2.2)
-_RETRY_MARGIN = 1.2  # client-go: the renew deadline must exceed 1.2 retry periods
 LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
 log = logging.getLogger(__name__)
-
-
-def default_identity() -> str:
-    """``<hostname>_<pid>_<random>``: unique per process, readable in ``kubectl get lease``."""
-    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(4)}"
-
-
-def check_durations(lease_duration_s: float, renew_deadline_s: float,
-                    retry_period_s: float) -> None:
-    """client-go's rule: lease duration > renew deadline > 1.2 * retry period (all > 0)."""
-    if min(lease_duration_s, renew_deadline_s, retry_period_s) <= 0:
-        raise ConfigError(
-            f"lease durations must be positive (got lease duration {lease_duration_s} s, "
-            f"renew deadline {renew_deadline_s} s, retry period {retry_period_s} s)")
-    if not lease_duration_s > renew_deadline_s > _RETRY_MARGIN * retry_period_s:
-        raise ConfigError(
-            f"lease durations must satisfy lease duration > renew deadline > 1.2 * retry "
-            f"period (got {lease_duration_s} s > {renew_deadline_s} s > "
-            f"1.2 * {retry_period_s} s)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseSettings:
-    """Which Lease to contend for, as whom, and client-go's three durations."""
-
-    namespace: str
-    name: str = DEFAULT_LEASE_NAME
-    identity: str = field(default_factory=default_identity)
-    lease_duration_s: int = 15  # an int: the Lease stores whole seconds
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not self.namespace or not self.name or not self.identity:
-            raise ConfigError("the Lease needs a namespace, a name and an identity")
-        if not isinstance(self.lease_duration_s, int) or isinstance(self.lease_duration_s, bool):
-            raise ConfigError(f"the lease duration must be whole seconds "
-                              f"(got {self.lease_duration_s!r})")
-        check_durations(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """The ``spec`` of a Lease, as leader election reads and writes it."""
-
-    holder: str = ""  # "" when nobody holds it (released)
-    duration_s: int = 0
-    acquire_time: str = ""  # RFC 3339 (MicroTime); display only, never used for decisions
-    renew_time: str = ""  # likewise: other hosts' clocks are not trusted
-    transitions: int = 0
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> LeaseRecord:
-        spec = spec or {}
-        return cls(holder=str(spec.get("holderIdentity") or ""),
-                   duration_s=int(spec.get("leaseDurationSeconds") or 0),
-                   acquire_time=str(spec.get("acquireTime") or ""),
-                   renew_time=str(spec.get("renewTime") or ""),
-                   transitions=int(spec.get("leaseTransitions") or 0))
-
-    def to_spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"leaseDurationSeconds": self.duration_s,
-                                "leaseTransitions": self.transitions}
-        if self.holder:
-            spec["holderIdentity"] = self.holder
-        if self.acquire_time:
-            spec["acquireTime"] = self.acquire_time
-        if self.renew_time:
-            spec["renewTime"] = self.renew_time
-        return spec
-
-
-class Observation:
-    """What this process has seen of the Lease record, and since when (its own clock).
-
-    A holder's claim lapses ``duration_s`` after the record was last seen to *change*; reading
-    the same record again does not extend it. Pure: the caller passes the time.
-    """
-
-    def __init__(self, default_duration_s: int) -> None:
-        self.default_duration_s = default_duration_s
-        self.record: LeaseRecord | None = None
-        self.since = 0.0
-
-    def see(self, record: LeaseRecord, now: float) -> None:
-        if record != self.record:
-            self.record = record
-            self.since = now
-
-    def lapses_at(self) -> float:
-        """Local time at which the observed holder's claim lapses."""
-        if self.record is None:
-            return self.since
-        duration = self.record.duration_s if self.record.duration_s > 0 \
-            else self.default_duration_s
-        return self.since + duration
-
-    def claimable(self, identity: str, now: float) -> bool:
-        """Whether ``identity`` may write itself in as holder now."""
-        r = self.record
-        if r is None or not r.holder or r.holder == identity:
-            return True
-        return now >= self.lapses_at()
-
-
-def next_record(current: LeaseRecord, identity: str, *, renewing: bool, duration_s: int,
-                now_wall: str) -> LeaseRecord:
-    """The record to write: a renewal keeps the acquire time and transition count; anything
-    else starts a new term, so the transition count (the epoch) grows by one."""
-    if renewing:
-        return LeaseRecord(holder=identity, duration_s=duration_s,
-                           acquire_time=current.acquire_time or now_wall, renew_time=now_wall,
-                           transitions=current.transitions)
-    return LeaseRecord(holder=identity, duration_s=duration_s, acquire_time=now_wall,
-                       renew_time=now_wall, transitions=current.transitions + 1)
-
-
-def renew_is_fresh(last_renew: float, renew_deadline_s: float, now: float) -> bool:
-    """Whether a renew started at ``last_renew`` still covers ``now`` (local clock).
-
-    The renew deadline is shorter than the lease duration, so while this holds no other
-    process can have seen the lease lapse, even counting from when the request was sent."""
-    return now - last_renew < renew_deadline_s
-
-
-def retry_delay(retry_period_s: float, rng: random.Random) -> float:
-    """client-go's jittered wait between acquire attempts: period * [1, 2.2)."""
-    return retry_period_s * (1 + _JITTER * rng.random())
 
 
 def _wall_now() -> str:

@@ -17,7 +17,8 @@ from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor
 from gitray.engine.progress import ProgressStore
 from gitray.k8s.client import Kube
-from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.election import LeaseSettings
+from gitray.k8s.lease import Lease
 from gitray.k8s.live import read_live_state
 from gitray.k8s.settings import KubeSettings
 from gitray.plans.materialize import materialize

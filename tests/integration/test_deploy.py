@@ -42,7 +42,8 @@ from gitray.core.model import (
 )
 from gitray.engine.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
 from gitray.k8s.client import Kube
-from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.election import LeaseSettings
+from gitray.k8s.lease import Lease
 from gitray.k8s.live import managed_selector, read_live_state
 from gitray.k8s.settings import KubeSettings
 from gitray.parsing.config import env_overrides, parse_config

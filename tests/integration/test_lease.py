@@ -21,7 +21,8 @@ import pytest
 
 from gitray.core.errors import LeaseBusyError, LeaseLostError
 from gitray.k8s.client import Kube
-from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.election import LeaseSettings
+from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
 from tests.testenv.helpers import TestEnv, wait_for
 

@@ -27,7 +27,8 @@ from gitray.engine.progress import (
     utc_now,
 )
 from gitray.k8s.client import Kube
-from gitray.k8s.lease import Lease, LeaseSettings
+from gitray.k8s.election import LeaseSettings
+from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
 from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
 from tests.testenv.helpers import TestEnv

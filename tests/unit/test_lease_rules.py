@@ -13,7 +13,7 @@ import socket
 import pytest
 
 from gitray.core.errors import ConfigError
-from gitray.k8s.lease import (
+from gitray.k8s.election import (
     LeaseRecord,
     LeaseSettings,
     Observation,
