@@ -73,7 +73,7 @@ def _seconds(value: str, flag: str) -> float:
     try:
         return float(parse_duration(int(value) if value.isdigit() else value))
     except ValueError as e:
-        raise UserError(f"{flag}: {e}") from None
+        raise UserError(f"{flag}: {e}") from e
 
 
 def _kube_settings(args: argparse.Namespace) -> KubeSettings:
@@ -104,7 +104,7 @@ def _secret_file(path: str | None, what: str) -> str | None:
     try:
         return Path(path).read_text().strip() or None
     except OSError as e:
-        raise UserError(f"cannot read the {what} file {path}: {e.strerror}") from None
+        raise UserError(f"cannot read the {what} file {path}: {e.strerror}") from e
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             Path(args.out).write_text(json.dumps(plan_to_json(plan), indent=2, sort_keys=True)
                                       + "\n")
         except OSError as e:
-            raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from None
+            raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from e
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
     sys.stdout.write(render(plan, Format(args.format), colour=colour))
@@ -191,9 +191,9 @@ def _read_plan_file(path: str) -> Plan:
     try:
         data = json.loads(Path(path).read_text())
     except OSError as e:
-        raise UserError(f"cannot read the plan file {path}: {e.strerror}") from None
+        raise UserError(f"cannot read the plan file {path}: {e.strerror}") from e
     except ValueError as e:
-        raise UserError(f"{path} is not a gitray plan (not JSON: {e})") from None
+        raise UserError(f"{path} is not a gitray plan (not JSON: {e})") from e
     problem = plan_schema_problem(data)
     if problem:
         raise UserError(f"{path} is not a valid gitray plan: {problem}")

@@ -345,7 +345,7 @@ class ProgressStore:
             return record_from_json(json.loads(text), _version(cm))
         except (ValueError, KeyError, TypeError) as e:
             raise TerminalError(f"{where} is unreadable ({type(e).__name__}: {e}); delete it to "
-                                f"start the run afresh") from None
+                                f"start the run afresh") from e
 
     def _body(self, record: Record, resource_version: str) -> dict[str, Any]:
         metadata: dict[str, Any] = {

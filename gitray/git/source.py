@@ -212,11 +212,11 @@ def _open_bare(directory: Path) -> git.Repo | None:
 def _enclosing_repo(directory: Path, shown: str) -> git.Repo:
     try:
         return git.Repo(directory, search_parent_directories=True)
-    except (InvalidGitRepositoryError, NoSuchPathError):
+    except (InvalidGitRepositoryError, NoSuchPathError) as e:
         raise SourceError(
             f"{shown}: not inside a Git repository, so a revision cannot be read "
             "(leave out --revision to read the files on disk)"
-        ) from None
+        ) from e
 
 
 def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
@@ -224,8 +224,8 @@ def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
         raise SourceError(f"{shown}: {revision!r} is not a revision")
     try:
         commit = found.commit(revision)
-    except (git.BadName, ValueError, GitCommandError, IndexError):
-        raise SourceError(f"{redact_url(shown)}: unknown revision {revision!r}") from None
+    except (git.BadName, ValueError, GitCommandError, IndexError) as e:
+        raise SourceError(f"{redact_url(shown)}: unknown revision {revision!r}") from e
     return commit
 
 
@@ -235,10 +235,10 @@ def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str) -> S
     if prefix:
         try:
             tree = tree / prefix
-        except KeyError:
+        except KeyError as e:
             raise SourceError(
                 f"{shown}: directory {prefix!r} does not exist at {commit.hexsha[:7]}"
-            ) from None
+            ) from e
         if tree.type != "tree":
             raise SourceError(f"{shown}: {prefix!r} is not a directory at {commit.hexsha[:7]}")
     files: list[RepoFile] = []
@@ -312,9 +312,11 @@ def _fetch(url: str, cache: Path) -> git.Repo:
             )
         )
     except GitCommandError as err:
+        # Not chained: git's own message may repeat the URL with its credentials; the
+        # reason kept is redacted.
         raise SourceError(f"cannot fetch {shown}: {_git_reason(err, url)}") from None
     except OSError as err:
-        raise SourceError(f"cannot fetch {shown}: {err.strerror or err}") from None
+        raise SourceError(f"cannot fetch {shown}: {err.strerror or err}") from err
     match = re.search(r"^ref: (refs/heads/\S+)\s+HEAD", head, re.MULTILINE)
     if match:
         found.git.symbolic_ref("HEAD", match.group(1))

@@ -84,10 +84,10 @@ class HostApi:
                 params: Mapping[str, str | int] | None = None) -> httpx.Response:
         try:
             response = self._client.request(method, path, json=json_body, params=params)
-        except httpx.TimeoutException:
-            raise TransientError(self._scrub(f"{what}: {self.kind} timed out")) from None
+        except httpx.TimeoutException as e:
+            raise TransientError(self._scrub(f"{what}: {self.kind} timed out")) from e
         except httpx.HTTPError as err:
-            raise TransientError(self._scrub(f"{what}: {self.kind} unreachable: {err}")) from None
+            raise TransientError(self._scrub(f"{what}: {self.kind} unreachable: {err}")) from err
         if response.is_success:
             return response
         reason = f"{what}: {self.kind} answered HTTP {response.status_code}: {_message(response)}"

@@ -130,7 +130,7 @@ class Kube:
             else:
                 k8s_config.load_incluster_config(client_configuration=configuration)
         except (ConfigException, OSError, TypeError) as e:
-            raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from None
+            raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from e
         configuration.retries = 0  # gitray retries itself, with backoff and logging
         api_client = k8s_client.ApiClient(configuration)
         if settings.impersonate:
@@ -144,9 +144,9 @@ class Kube:
         try:
             return fn()
         except ApiException as e:
-            raise _map(e, what) from None
+            raise _map(e, what) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise TransientError(f"{what}: API server unreachable ({type(e).__name__})") from None
+            raise TransientError(f"{what}: API server unreachable ({type(e).__name__})") from e
 
     def _client(self) -> dynamic.DynamicClient:
         with self._lock:
@@ -160,8 +160,8 @@ class Kube:
             return self._call(f"looking up {kind}",
                               lambda: self._client().resources.get(api_version=api_version,
                                                                    kind=kind))
-        except ResourceNotFoundError:
-            raise NotFoundError(f"the API server has no kind {kind} ({api_version})") from None
+        except ResourceNotFoundError as e:
+            raise NotFoundError(f"the API server has no kind {kind} ({api_version})") from e
 
     @property
     def timeout(self) -> float:
@@ -288,10 +288,10 @@ class Kube:
                 obj = event["object"]
                 yield str(event["type"]), dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
         except ApiException as e:
-            raise _map(e, f"watching {kind} in {namespace}") from None
+            raise _map(e, f"watching {kind} in {namespace}") from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise TransientError(f"watching {kind}: API server unreachable "
-                                 f"({type(e).__name__})") from None
+                                 f"({type(e).__name__})") from e
         finally:
             with contextlib.suppress(Exception):
                 w.stop()

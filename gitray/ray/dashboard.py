@@ -263,8 +263,8 @@ class ServeClient:
                                  f"{r.message()[:300]}")
         try:
             data = _json.loads(r.text)
-        except ValueError:
-            raise TransientError("Ray Serve returned a status that is not JSON") from None
+        except ValueError as e:
+            raise TransientError("Ray Serve returned a status that is not JSON") from e
         return data if isinstance(data, dict) else {}
 
     def deployed_config(self) -> dict[str, Any]:
