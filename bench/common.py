@@ -14,7 +14,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,11 +21,22 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.manifests import (
+    RAY_IMAGE,
+    cluster_spec,
+    dump,
+    gitray_config,
+    serve_config,
+    write_files,
+)
+from tests.testenv.helpers import WaitTimeout, wait_for
+from tests.testenv.procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("GITRAY_BENCH_OUT") or REPO / "bench" / "out")
@@ -41,23 +51,6 @@ EXTRA_SERVICE_CIDR = "10.64.0.0/12"
 
 def say(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stats(values: Iterable[float]) -> dict[str, float]:
@@ -384,8 +377,8 @@ def start_sync(env: Env, remote: Path, work: Path, *, lease_ns: str, interval: s
     sp = SyncProc(proc, port, log, count_file, name)
     try:
         wait_for(lambda: sp.get("/healthz")[0] == 200 or proc.poll() is not None, 60,
-                 f"{name} /healthz")
-    except TimeoutError:
+                 what=f"{name} /healthz")
+    except WaitTimeout:
         sp.stop()
         raise
     if proc.poll() is not None:
@@ -428,13 +421,7 @@ class Remote:
         return cls(bare, work)
 
     def commit(self, message: str, files: dict[str, str | None], push: bool = True) -> str:
-        for rel, text in files.items():
-            target = self.work / rel
-            if text is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
+        write_files(self.work, files)
         git(self.work, "add", "-A")
         git(self.work, "commit", "-q", "--allow-empty", "-m", message)
         if push:
@@ -445,86 +432,37 @@ class Remote:
 # ---- generated workloads -----------------------------------------------------------------------
 
 
-def dump_yaml(*docs: Any) -> str:
-    from io import StringIO
-
-    from ruamel.yaml import YAML
-    from ruamel.yaml.scalarstring import walk_tree
-
-    out = StringIO()
-    writer = YAML(typ="rt", pure=True)
-    writer.explicit_start = True
-    import copy
-
-    docs = copy.deepcopy(docs)
-    for doc in docs:
-        walk_tree(doc)
-    writer.dump_all(list(docs), out)
-    return out.getvalue()
+def hello_serve_config(replicas: int = 1, greeting: str = "hello") -> str:
+    """The hello app (tests/integration/apps/hello.py) with its deployment's replicas."""
+    return serve_config(("hello", "/hello", "hello:build"), args={"greeting": greeting},
+                        deployments=[{"name": "Hello", "num_replicas": replicas,
+                                      "ray_actor_options": {"num_cpus": 0}}])
 
 
-def serve_config(replicas: int = 1, greeting: str = "hello") -> str:
-    return ("applications:\n"
-            "  - name: hello\n"
-            "    route_prefix: /hello\n"
-            "    import_path: hello:build\n"
-            f"    args: {{greeting: {greeting}}}\n"
-            "    deployments:\n"
-            "      - name: Hello\n"
-            f"        num_replicas: {replicas}\n"
-            "        ray_actor_options: {num_cpus: 0}\n")
+def bench_cluster_spec(image: str = RAY_IMAGE, suspend: bool = True,
+                       max_replicas: int = 2) -> dict[str, Any]:
+    """A cluster with realistic requests, no workers until scaled (suspended by default)."""
+    return cluster_spec(image, replicas=0, min_replicas=0, max_replicas=max_replicas,
+                        realistic=True, suspend=suspend)
 
 
-def cluster_spec(image: str = "rayproject/ray:2.60.0", suspend: bool = True,
-                 max_replicas: int = 2) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "rayVersion": "2.60.0",
-        "headGroupSpec": {
-            "rayStartParams": {"dashboard-host": "0.0.0.0"},
-            "template": {"spec": {"containers": [{
-                "name": "ray-head", "image": image,
-                "ports": [{"name": "gcs-server", "containerPort": 6379},
-                          {"name": "dashboard", "containerPort": 8265},
-                          {"name": "client", "containerPort": 10001},
-                          {"name": "serve", "containerPort": 8000}],
-                "resources": {"requests": {"cpu": "1", "memory": "2Gi"},
-                              "limits": {"cpu": "2", "memory": "4Gi"}}}]}},
-        },
-        "workerGroupSpecs": [{
-            "groupName": "workers", "replicas": 0, "minReplicas": 0,
-            "maxReplicas": max_replicas, "rayStartParams": {},
-            "template": {"spec": {"containers": [{
-                "name": "ray-worker", "image": image,
-                "resources": {"requests": {"cpu": "1", "memory": "2Gi"},
-                              "limits": {"cpu": "1", "memory": "2Gi"}}}]}},
-        }],
-    }
-    if suspend:
-        spec["suspend"] = True
-    return spec
+def bench_config(**extra: Any) -> str:
+    """gitray.yaml for the benchmark namespaces."""
+    return gitray_config(allowed=[f"{BENCH_NS_PREFIX}*"], ready_timeout="5m", **extra)
 
 
 def rayservice(name: str, ns: str, *, image: str = "rayproject/ray:2.60.0", replicas: int = 1,
                greeting: str = "hello", suspend: bool = True) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayService",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"serveConfigV2": serve_config(replicas, greeting),
-                     "rayClusterConfig": cluster_spec(image, suspend)}}
+            "spec": {"serveConfigV2": hello_serve_config(replicas, greeting),
+                     "rayClusterConfig": bench_cluster_spec(image, suspend)}}
 
 
 def raycluster(name: str, ns: str, *, max_replicas: int = 2) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": name, "namespace": ns, "labels": {"team": "bench"}},
-            "spec": cluster_spec(max_replicas=max_replicas)}
-
-
-def gitray_config(**extra: Any) -> str:
-    doc: dict[str, Any] = {"apiVersion": "gitray.io/v1alpha1", "kind": "Config",
-                           "allowedNamespaces": [f"{BENCH_NS_PREFIX}*"],
-                           "rayService": {"deletionDelay": "10s", "clusterReadyTimeout": "5m",
-                                          "serveReadyTimeout": "5m"}}
-    doc.update(extra)
-    return dump_yaml(doc)
+            "spec": bench_cluster_spec(max_replicas=max_replicas)}
 
 
 @dataclass
@@ -551,11 +489,11 @@ class Fleet:
         """One file per workload, or several documents per file above ``max_files``."""
         docs = list(self.docs())
         per = max(1, -(-len(docs) // max_files))
-        files: dict[str, str] = {"gitray.yaml": gitray_config()}
+        files: dict[str, str] = {"gitray.yaml": bench_config()}
         for start in range(0, len(docs), per):
             chunk = docs[start:start + per]
             path = chunk[0][0] if per == 1 else f"{chunk[0][0].rsplit('.', 1)[0]}-x{per}.yaml"
-            files[path] = dump_yaml(*(d for _, d in chunk))
+            files[path] = dump(*(d for _, d in chunk))
         return files
 
 
@@ -567,10 +505,7 @@ def changed_indexes(n: int, fraction: float = 0.05) -> frozenset[int]:
 def write_tree(root: Path, files: dict[str, str]) -> None:
     if root.exists():
         shutil.rmtree(root)
-    for rel, text in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+    write_files(root, files)
 
 
 def desired_objects(repo_dir: Path) -> list[dict[str, Any]]:

@@ -27,9 +27,9 @@ from bench.common import (
     Env,
     Remote,
     SyncProc,
-    dump_yaml,
+    bench_config,
+    dump,
     ensure_namespaces,
-    gitray_config,
     say,
     start_sync,
     stats,
@@ -67,8 +67,8 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
     remote = Remote.create(work / "git")
     ensure_namespaces(env, [LEASE_NS, "bench-00"])
     sha = remote.commit("one workload", {
-        "gitray.yaml": gitray_config(instance=INSTANCE),
-        "cm.yaml": dump_yaml({"apiVersion": "v1", "kind": "ConfigMap",
+        "gitray.yaml": bench_config(instance=INSTANCE),
+        "cm.yaml": dump({"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "failover-probe", "namespace": "bench-00"},
                               "data": {"v": "1"}})})
     extra = ["--lease-duration", str(duration), "--renew-deadline", str(deadline),
@@ -82,7 +82,7 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
                           extra=extra, name=f"replica{count}")
 
     leader = replica()
-    wait_for(lambda: leader.synced() == sha, 120, "the first leader to sync")
+    wait_for(lambda: leader.synced() == sha, 120, what="the first leader to sync")
     standby = replica()
     standby_since = time.monotonic()
     samples: list[dict[str, Any]] = []

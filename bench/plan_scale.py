@@ -31,7 +31,7 @@ from bench.common import (
     changed_indexes,
     delta,
     desired_objects,
-    dump_yaml,
+    dump,
     ensure_namespaces,
     gitray_argv,
     gitray_env,
@@ -70,7 +70,7 @@ def settle(env: Env, timeout: float = 600) -> None:
                                      "tokenreviews"})
         return writes <= 3
 
-    wait_for(quiet, timeout, "KubeRay to settle", interval=0)
+    wait_for(quiet, timeout, interval=0, what="KubeRay to settle")
 
 
 def _plan_once(env: Env, repo: Path, counts: Path) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def _kubectl_diff(env: Env, repo: Path, work: Path) -> dict[str, Any]:
     for ns in NAMESPACES:
         docs = [o for o in objects if o["metadata"]["namespace"] == ns]
         if docs:
-            files[f"{ns}.yaml"] = dump_yaml(*docs)
+            files[f"{ns}.yaml"] = dump(*docs)
     write_tree(manifests, files)
     before = env.metrics()
     m = run_measured([env.kubectl_path, "--kubeconfig", env.kubeconfig, "diff",

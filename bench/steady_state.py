@@ -64,7 +64,7 @@ def run(env: Env, n: int, duration: float, interval: str) -> dict[str, Any]:
                       counts=True, name="steady")
     try:
         t_start = time.monotonic()
-        wait_for(lambda: sync.synced() == sha, 600, "the first sync pass", interval=0.5)
+        wait_for(lambda: sync.synced() == sha, 600, interval=0.5, what="the first sync pass")
         first_pass_s = time.monotonic() - t_start
         time.sleep(2)  # let the first pass's bookkeeping finish
         pid = sync.proc.pid

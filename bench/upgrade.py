@@ -31,9 +31,9 @@ from bench.common import (
     OUT,
     Env,
     Remote,
-    dump_yaml,
+    bench_config,
+    dump,
     ensure_namespaces,
-    gitray_config,
     rayservice,
     say,
     start_sync,
@@ -48,11 +48,11 @@ NAME = "up"
 
 
 def _files(image: str, greeting: str) -> dict[str, str]:
-    return {"gitray.yaml": gitray_config(instance=INSTANCE,
+    return {"gitray.yaml": bench_config(instance=INSTANCE,
                                          rayService={"deletionDelay": "5s",
                                                      "clusterReadyTimeout": "5m",
                                                      "serveReadyTimeout": "5m"}),
-            "svc.yaml": dump_yaml(rayservice(NAME, NS, image=image, greeting=greeting,
+            "svc.yaml": dump(rayservice(NAME, NS, image=image, greeting=greeting,
                                              suspend=False))}
 
 
@@ -211,12 +211,12 @@ def run(env: Env, runs: int) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     try:
         t0 = time.time()
-        wait_for(lambda: sync.synced() == sha, 600, "the first rollout", interval=0.5)
+        wait_for(lambda: sync.synced() == sha, 600, interval=0.5, what="the first rollout")
         first = round(time.time() - t0, 1)
         say(f"  first rollout converged in {first}s")
         for i in range(runs):
-            wait_for(lambda: len(_clusters(env)) == 1, 180, "the old cluster to be deleted",
-                     interval=0.5)
+            wait_for(lambda: len(_clusters(env)) == 1, 180, interval=0.5,
+                     what="the old cluster to be deleted")
             samples.append(_one(env, remote, sync,
                                 _files(f"rayproject/ray:2.60.{i + 1}", f"v{i}"), False,
                                 f"upgrade {i + 1}"))

@@ -13,14 +13,9 @@ Does I/O: HTTP to GitHub, Gitea/Forgejo and GitLab (httpx), ``git`` for git note
 Errors a provider raises: ``TransientError`` (5xx, 429, timeouts, network: retried) or
 ``StatusRejected`` (the host refused the request: logged, dropped). Neither reaches a sync:
 ``publish`` and ``flush`` never raise. Tokens appear only in the one header built by
-``auth_headers``; every message this module logs or raises goes through ``redact`` first.
-
-GitLab has no "error" state; ours maps to ``canceled`` (gitray reached no verdict on the
-commit, like a cancelled job), so ``failed`` always means the change itself failed. Ours
-``pending`` maps to ``running`` while a step runs (a description made by ``step_description``)
-and to ``pending`` before that. GitLab refuses a transition into the state a status already
-has (400 "Cannot transition status"), so it is read before every write and such a post is
-skipped: GitLab keeps the first description of a ``running`` status.
+``auth_headers`` (``gitray.hosts.api``); every message this module logs goes through
+``redact_secrets`` first. One module per provider: ``github`` (and Gitea), ``gitlab``,
+``notes``; their common interface is ``gitray.hosts.status.Provider``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 import getpass
 import os
 import secrets
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -21,17 +20,13 @@ from typing import Any
 
 import httpx
 
+from tests.testenv.procs import free_port
+
 ADMIN = "gitray-admin"
 
 
 class GiteaStartError(RuntimeError):
     """Gitea did not start; the message names the step and the log file."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -53,7 +48,7 @@ class Gitea:
     @classmethod
     def start(cls, binary: Path, static: Path, workdir: Path) -> Gitea:
         workdir.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         ini = workdir / "app.ini"
         ini.write_text(_app_ini(workdir, static, port))
         env = _env(workdir)

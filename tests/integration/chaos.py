@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,17 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from gitray.engine.failpoints import ENV_VAR
-from tests.integration.gitops import REPO_ROOT, dump
+from tests.integration.gitops import REPO_ROOT
+from tests.manifests import dump
 from tests.testenv import control, procs
 from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.procs import free_port
 
 STEP_LINE = re.compile(r" step (\d+)/(\d+) ([a-z-]+)(:?) ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

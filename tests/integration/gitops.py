@@ -16,25 +16,11 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from tests.manifests import write_files
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
 _yaml = YAML(typ="safe", pure=True)
-
-
-def dump(*docs: Any) -> str:
-    """Documents as YAML; multi-line strings (serveConfigV2) as literal blocks."""
-    from io import StringIO
-
-    from ruamel.yaml.scalarstring import walk_tree
-
-    out = StringIO()
-    writer = YAML(typ="rt", pure=True)
-    writer.explicit_start = True
-    docs = copy.deepcopy(docs)
-    for doc in docs:
-        walk_tree(doc)
-    writer.dump_all(list(docs), out)
-    return out.getvalue()
 
 
 def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
@@ -49,31 +35,9 @@ def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
     return doc
 
 
-def serve_config(*apps: tuple[str, str, str]) -> str:
-    """serveConfigV2 text for (name, route_prefix, import_path) triples."""
-    lines = ["applications:"]
-    for name, route, import_path in apps:
-        lines += [f"  - name: {name}", f"    route_prefix: {route}",
-                  f"    import_path: {import_path}"]
-    return "\n".join(lines) + "\n"
-
-
 GREETER = ("greeter", "/greet", "serve_apps.greeter:app")
 CALC = ("calc", "/calc", "serve_apps.calc:app")
 HELLO = ("hello", "/hello", "hello:app")
-
-
-def gitray_config(deletion_delay: str = "10s", namespace: str | None = None,
-                  **extra: Any) -> str:
-    """gitray.yaml for a test; with ``namespace`` it only sees that namespace, so objects
-    left in other tests' (terminating) namespaces never enter its plans."""
-    doc: dict[str, Any] = {"apiVersion": "gitray.io/v1alpha1", "kind": "Config",
-                           "allowedNamespaces": [namespace] if namespace else ["*"],
-                           "rayService": {"deletionDelay": deletion_delay,
-                                          "clusterReadyTimeout": "3m",
-                                          "serveReadyTimeout": "3m"}}
-    doc.update(extra)
-    return dump(doc)
 
 
 class GitOpsRepo:
@@ -92,13 +56,7 @@ class GitOpsRepo:
 
     def commit(self, message: str, files: dict[str, str | None]) -> str:
         """Write (or, for None, delete) files and commit; returns the commit SHA."""
-        for rel, text in files.items():
-            target = self.path / rel
-            if text is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
+        write_files(self.path, files)
         self.git("add", "-A")
         self.git("commit", "-q", "--allow-empty", "-m", message)
         return self.git("rev-parse", "HEAD")

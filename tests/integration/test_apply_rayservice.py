@@ -21,12 +21,10 @@ from tests.integration.gitops import (
     HELLO,
     GitOpsRepo,
     Gitray,
-    dump,
     example_rayservice,
-    gitray_config,
     output,
-    serve_config,
 )
+from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
 
 SVC = "serve-demo"

@@ -24,7 +24,8 @@ from gitray.k8s.settings import KubeSettings
 from gitray.plans.materialize import materialize
 from gitray.plans.planner import compute_plan
 from gitray.ray.dashboard import Resolver
-from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config, output
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
+from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"

@@ -16,14 +16,8 @@ from typing import Any
 import pytest
 
 from tests.integration.chaos import Replica, start_replica
-from tests.integration.gitops import (
-    GREETER,
-    GitOpsRepo,
-    dump,
-    example_rayservice,
-    gitray_config,
-    serve_config,
-)
+from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
 
 SVC = "serve-demo"

@@ -48,14 +48,8 @@ from tests.integration.chaos import (
     restart_apiserver,
     start_replica,
 )
-from tests.integration.gitops import (
-    GREETER,
-    GitOpsRepo,
-    dump,
-    example_rayservice,
-    gitray_config,
-    serve_config,
-)
+from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 SVC = "serve-demo"

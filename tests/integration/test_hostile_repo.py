@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
+from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"

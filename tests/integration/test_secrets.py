@@ -29,9 +29,11 @@ from typing import Any
 import pytest
 
 from tests.githost.server import GitHost
-from tests.integration.chaos import Replica, free_port, start_replica
-from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, dump, gitray_config
+from tests.integration.chaos import Replica, start_replica
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
+from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.procs import free_port
 
 GIT_USER = "gitray"
 GIT_TOKEN = "gtok" + secrets.token_hex(12)

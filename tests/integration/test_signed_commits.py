@@ -17,8 +17,9 @@ import pytest
 
 from tests.githost.server import GitHost
 from tests.integration.chaos import Replica, start_replica
-from tests.integration.gitops import GitOpsRepo, dump, gitray_config
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.test_daemon import notes
+from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
 STATUS_TOKEN = "status-token-for-signed-commit-tests"

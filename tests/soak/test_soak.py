@@ -35,15 +35,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.chaos import Replica, holder_pid, isolated, lease_holder, start_replica
-from tests.integration.gitops import (
-    CALC,
-    GREETER,
-    GitOpsRepo,
-    dump,
-    example_rayservice,
-    gitray_config,
-    serve_config,
-)
+from tests.integration.gitops import CALC, GREETER, GitOpsRepo, example_rayservice
+from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 SVC = "serve-demo"

@@ -1,6 +1,7 @@
 """Planner inputs for table-driven tests: workloads and live states as plain values.
 
-These are test doubles for *pure planner inputs* only (allowed by the project rules); anything
+Manifest builders (cluster specs, Serve configs) come from ``tests.manifests``. These are
+test doubles for *pure planner inputs* only (allowed by the project rules); anything
 that touches Kubernetes or Ray is tested against the real environment in tests/integration.
 """
 
@@ -25,6 +26,7 @@ from gitray.core.model import (
 from gitray.plans.manifests import service_cluster_manifest
 from gitray.plans.materialize import as_live, materialize
 from gitray.plans.names import parse_serve_config, serve_config_hash
+from tests.manifests import cluster_spec, serve_config
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 CONFIG = Config()
@@ -39,37 +41,6 @@ def _workload(kind: str, name: str, ns: str, spec: dict[str, Any],
     manifest = {"apiVersion": api, "kind": kind, "metadata": meta, "spec": spec}
     return Workload(ObjectKey(kind, ns, name), api, manifest,
                     SourceLocation(f"{ns}/{name}.yaml", 1, 1), wave)
-
-
-def cluster_spec(image: str = "rayproject/ray:2.60.0", replicas: int = 1,
-                 autoscaling: bool = False, min_replicas: int = 1,
-                 max_replicas: int = 3) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "headGroupSpec": {
-            "rayStartParams": {"dashboard-host": "0.0.0.0"},
-            "template": {"spec": {"containers": [{
-                "name": "ray-head", "image": image,
-                "ports": [{"name": "dashboard", "containerPort": 8265},
-                          {"name": "serve", "containerPort": 8000}],
-            }]}},
-        },
-        "workerGroupSpecs": [{
-            "groupName": "workers", "replicas": replicas, "minReplicas": min_replicas,
-            "maxReplicas": max_replicas, "rayStartParams": {},
-            "template": {"spec": {"containers": [{"name": "ray-worker", "image": image}]}},
-        }],
-    }
-    if autoscaling:
-        spec["enableInTreeAutoscaling"] = True
-    return spec
-
-
-def serve_config(*apps: tuple[str, str], import_path: str = "serve_apps.greeter:app") -> str:
-    lines = ["applications:"]
-    for name, route in apps or (("greeter", "/greet"),):
-        lines += [f"  - name: {name}", f"    route_prefix: {route}",
-                  f"    import_path: {import_path}"]
-    return "\n".join(lines) + "\n"
 
 
 def rayservice(name: str = "svc", ns: str = "ray", *, serve: str | None = None,

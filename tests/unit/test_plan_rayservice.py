@@ -12,6 +12,7 @@ from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.names import service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from tests.manifests import serve_config
 from tests.unit.builders import (
     CONFIG,
     NOW,
@@ -20,7 +21,6 @@ from tests.unit.builders import (
     point_services,
     rayservice,
     replace_object,
-    serve_config,
     with_objects,
 )
 
