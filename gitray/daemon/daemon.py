@@ -62,7 +62,7 @@ from gitray.plans.plan import Plan
 
 __all__ = ["Daemon", "PostStatus"]
 
-log = logging.getLogger("gitray.sync")
+log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
 STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
 
