@@ -43,7 +43,7 @@ from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
-from gitray.daemon.reporting import StatusBridge, event_target
+from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import Desired, desired_from, live_plan, resumable
@@ -52,7 +52,6 @@ from gitray.engine.progress import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import fetch_branch, read_snapshot
-from gitray.hosts.status import step_description
 from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
@@ -381,26 +380,4 @@ class Daemon:
                              f"sync at {sha[:7]}")
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
-        def report(event: StepEvent) -> None:
-            if self._stopping.is_set():
-                raise Interrupted("shutting down")
-            step = event.step
-            if event.phase == "start":
-                self.post_status(sha, event.key, "pending", step_description(
-                    event.index, event.total, f"{step.type.value} {step.target}"))
-                log.info("%s step %d/%d %s %s", event.key, event.index, event.total,
-                         step.type.value, step.target)
-            elif event.phase in {"done", "failed"}:
-                result = "ok" if event.phase == "done" else "failed"
-                self.metrics.steps.labels(step.type.value, result).inc()
-                log.log(logging.INFO if result == "ok" else logging.ERROR, "%s step %d/%d %s: %s",
-                        event.key, event.index, event.total, step.type.value, event.detail)
-                target = event_target(step)
-                if result == "ok" and step.type.mutates and target is not None:
-                    self.events.record(event.key, target, event.detail)
-            elif event.phase == "progress":
-                log.debug("%s step %d/%d: %s", event.key, event.index, event.total,
-                          event.detail)
-        return report
-
-
+        return step_reporter(sha, self.post_status, self.metrics, self.events, self._stopping)

@@ -6,20 +6,23 @@ objects a step changed. Best effort; I/O through ``gitray.hosts`` and ``gitray.k
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from gitray.core.errors import GitrayError
+from gitray.core.errors import GitrayError, Interrupted
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.settings import DaemonSettings
 from gitray.engine.apply import desired_config
+from gitray.engine.executor import StepEvent
 from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
-from gitray.hosts.status import CommitStatus, State, context_for
-from gitray.k8s.events import EventTarget
+from gitray.hosts.status import CommitStatus, State, context_for, step_description
+from gitray.k8s.events import EventRecorder, EventTarget
 from gitray.plans.plan import Step, StepType
 
-__all__ = ["StatusBridge", "event_target"]
+__all__ = ["StatusBridge", "event_target", "step_reporter"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -104,3 +107,31 @@ def event_target(step: Step) -> EventTarget | None:
         return None
     reason = "".join(part.capitalize() for part in step.type.value.split("-"))
     return EventTarget(api, kind, step.target, reason)
+
+
+def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, str], None],
+                  metrics: Metrics, events: EventRecorder,
+                  stopping: threading.Event) -> Callable[[StepEvent], None]:
+    """What the daemon does as steps run: statuses, logs, metrics, Events; and the point
+    where a shutdown interrupts the pass (``Interrupted``)."""
+
+    def report(event: StepEvent) -> None:
+        if stopping.is_set():
+            raise Interrupted("shutting down")
+        step = event.step
+        if event.phase == "start":
+            post_status(sha, event.key, "pending", step_description(
+                event.index, event.total, f"{step.type.value} {step.target}"))
+            log.info("%s step %d/%d %s %s", event.key, event.index, event.total,
+                     step.type.value, step.target)
+        elif event.phase in {"done", "failed"}:
+            result = "ok" if event.phase == "done" else "failed"
+            metrics.steps.labels(step.type.value, result).inc()
+            log.log(logging.INFO if result == "ok" else logging.ERROR, "%s step %d/%d %s: %s",
+                    event.key, event.index, event.total, step.type.value, event.detail)
+            target = event_target(step)
+            if result == "ok" and step.type.mutates and target is not None:
+                events.record(event.key, target, event.detail)
+        elif event.phase == "progress":
+            log.debug("%s step %d/%d: %s", event.key, event.index, event.total, event.detail)
+    return report

@@ -14,20 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitray.core.errors import ConfigError
+from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
+    "LEASE_API_VERSION",
     "LeaseRecord",
     "LeaseSettings",
     "Observation",
     "check_durations",
     "default_identity",
+    "lease_body",
+    "new_lease_body",
     "next_record",
     "renew_is_fresh",
     "retry_delay",
 ]
 
 DEFAULT_LEASE_NAME = "gitray"
+LEASE_API_VERSION = "coordination.k8s.io/v1"
 _JITTER = 1.2  # client-go's JitterFactor for acquire retries: wait period * [1, 2.2)
 _RETRY_MARGIN = 1.2  # client-go: the renew deadline must exceed 1.2 retry periods
 
@@ -158,3 +163,21 @@ def renew_is_fresh(last_renew: float, renew_deadline_s: float, now: float) -> bo
 def retry_delay(retry_period_s: float, rng: random.Random) -> float:
     """client-go's jittered wait between acquire attempts: period * [1, 2.2)."""
     return retry_period_s * (1 + _JITTER * rng.random())
+
+
+def lease_body(live: Mapping[str, Any], record: LeaseRecord) -> dict[str, Any]:
+    """The Lease to ``replace`` ``live`` with: its identity and ``resourceVersion`` (the
+    compare-and-swap), ``record`` as the spec."""
+    meta = live.get("metadata") or {}
+    metadata = {k: meta[k] for k in ("name", "namespace", "resourceVersion", "labels",
+                                     "annotations") if meta.get(k) is not None}
+    return {"apiVersion": LEASE_API_VERSION, "kind": "Lease", "metadata": metadata,
+            "spec": record.to_spec()}
+
+
+def new_lease_body(settings: LeaseSettings, record: LeaseRecord) -> dict[str, Any]:
+    """A Lease to ``create`` for ``settings``, holding ``record``."""
+    return {"apiVersion": LEASE_API_VERSION, "kind": "Lease",
+            "metadata": {"name": settings.name, "namespace": settings.namespace,
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "spec": record.to_spec()}

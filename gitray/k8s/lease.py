@@ -14,11 +14,8 @@ process last saw the record change*, on its own monotonic clock, never by the re
   Lease still names this process with the same epoch. Every mutating step calls it first.
 
 Every write is a ``replace`` carrying the ``resourceVersion`` that was read (compare-and-swap),
-so two candidates can never both believe their write took the Lease.
-
-The pure rules (durations, the record, what was observed since when, the next record to write,
-freshness, jitter) are in :mod:`gitray.k8s.election`; this module does the API calls and runs
-the renewing threads.
+so two candidates can never both believe their write took the Lease. The pure rules are in
+:mod:`gitray.k8s.election`; this module does the API calls and runs the renewing threads.
 """
 
 from __future__ import annotations
@@ -38,13 +35,15 @@ from gitray.core.errors import (
     NotFoundError,
     TransientError,
 )
-from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
 from gitray.core.timefmt import utc_timestamp
 from gitray.k8s.client import Kube
 from gitray.k8s.election import (
+    LEASE_API_VERSION,
     LeaseRecord,
     LeaseSettings,
     Observation,
+    lease_body,
+    new_lease_body,
     next_record,
     renew_is_fresh,
     retry_delay,
@@ -52,7 +51,6 @@ from gitray.k8s.election import (
 
 __all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
 
-LEASE_API_VERSION = "coordination.k8s.io/v1"
 _KIND = "Lease"
 LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
@@ -232,7 +230,7 @@ class Lease:
                 released = LeaseRecord(holder="", duration_s=_RELEASED_DURATION_S,
                                        acquire_time=now, renew_time=now,
                                        transitions=record.transitions)
-                written = self._kube.replace(self._body(live, released))
+                written = self._kube.replace(lease_body(live, released))
                 with self._lock:
                     self._observed.see(LeaseRecord.from_spec(written.get("spec")), self._clock())
                 return True
@@ -341,7 +339,7 @@ class Lease:
                 return False
             new = next_record(record, s.identity, renewing=renewing,
                               duration_s=s.lease_duration_s, now_wall=_wall_now())
-            written = self._kube.replace(self._body(live, new))
+            written = self._kube.replace(lease_body(live, new))
         except TransientError as e:  # includes a lost compare-and-swap (ConflictError)
             self._last_error = str(e)
             return False
@@ -352,12 +350,8 @@ class Lease:
         now = _wall_now()
         record = LeaseRecord(holder=s.identity, duration_s=s.lease_duration_s,
                              acquire_time=now, renew_time=now, transitions=0)
-        body = {"apiVersion": LEASE_API_VERSION, "kind": _KIND,
-                "metadata": {"name": s.name, "namespace": s.namespace,
-                             "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-                "spec": record.to_spec()}
-        try:
-            created = self._kube.create(body)  # ConflictError: someone else created it first
+        try:  # ConflictError: someone else created it first
+            created = self._kube.create(new_lease_body(s, record))
         except NotFoundError as e:
             if f'namespaces "{s.namespace}" not found' not in str(e):
                 raise
@@ -385,13 +379,6 @@ class Lease:
             log.info("took the %s as %s (epoch %d)", self.where, self._settings.identity,
                      record.transitions)
         return True
-
-    def _body(self, live: Mapping[str, Any], record: LeaseRecord) -> dict[str, Any]:
-        meta = live.get("metadata") or {}
-        metadata = {k: meta[k] for k in ("name", "namespace", "resourceVersion", "labels",
-                                         "annotations") if meta.get(k) is not None}
-        return {"apiVersion": LEASE_API_VERSION, "kind": _KIND, "metadata": metadata,
-                "spec": record.to_spec()}
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self._settings.retry_period_s):

@@ -29,7 +29,8 @@ from gitray.core.errors import ConfigError
 from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.parsing.globs import glob_problem
 from gitray.parsing.jsonschemas import load_schema, schema_errors
-from gitray.parsing.yamlsafe import JsonPath, decode_text, format_path, parse_documents
+from gitray.parsing.text import JsonPath, decode_text, format_path
+from gitray.parsing.yamlsafe import parse_documents
 
 __all__ = ["config_diagnostics", "env_overrides", "parse_config"]
 

@@ -21,7 +21,7 @@ import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
-from gitray.parsing.yamlsafe import JsonPath
+from gitray.parsing.text import JsonPath
 
 __all__ = ["MAX_ERRORS_PER_DOCUMENT", "load_schema", "schema_errors"]
 

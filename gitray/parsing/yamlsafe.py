@@ -40,6 +40,7 @@ from ruamel.yaml.events import (
 from ruamel.yaml.reader import ReaderError
 
 from gitray.core.model import Diagnostic, SourceLocation
+from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlscalars import CORE, resolve_scalar, tag_text, unsupported_tag
 
 __all__ = [
@@ -47,11 +48,8 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "PARSER",
-    "JsonPath",
     "NodeBudget",
     "YamlDocument",
-    "decode_text",
-    "format_path",
     "parse_documents",
 ]
 
@@ -65,10 +63,6 @@ try:  # libyaml is ~6x faster than the pure-Python parser; both are safe here
     PARSER = "c"
 except ImportError:  # pragma: no cover - depends on the installation
     PARSER = "pure"
-
-JsonPath = tuple[str | int, ...]
-
-
 
 @dataclass(frozen=True)
 class YamlDocument:
@@ -96,38 +90,6 @@ class _Stop(Exception):
         super().__init__(message)
         self.location = location
         self.message = message
-
-
-def format_path(path: JsonPath) -> str:
-    """``("spec", "workerGroupSpecs", 0, "replicas")`` -> ``spec.workerGroupSpecs[0].replicas``."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text or "(document)"
-
-
-def decode_text(data: bytes, path: str) -> tuple[str | None, Diagnostic | None]:
-    """UTF-8 text of a file, or a diagnostic for binary or non-UTF-8 content."""
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        return None, Diagnostic(
-            _byte_location(data, nul, path), "binary file (contains NUL bytes); not YAML"
-        )
-    try:
-        return data.decode("utf-8-sig"), None
-    except UnicodeDecodeError as err:
-        return None, Diagnostic(
-            _byte_location(data, err.start, path),
-            f"not valid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8",
-        )
-
-
-def _byte_location(data: bytes, offset: int, path: str) -> SourceLocation:
-    line_start = data.rfind(b"\n", 0, offset) + 1
-    return SourceLocation(path, data.count(b"\n", 0, offset) + 1, offset - line_start + 1)
 
 
 class NodeBudget:

@@ -31,13 +31,8 @@ from gitray.core.snapshot import (
 from gitray.parsing.config import config_diagnostics
 from gitray.parsing.globs import matches_any
 from gitray.parsing.jsonschemas import schema_errors
-from gitray.parsing.yamlsafe import (
-    NodeBudget,
-    YamlDocument,
-    decode_text,
-    format_path,
-    parse_documents,
-)
+from gitray.parsing.text import decode_text, format_path
+from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.rules import (
     check_rules,

@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from gitray.core.model import Diagnostic, Kind, SourceLocation
-from gitray.parsing.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
+from gitray.parsing.text import JsonPath, format_path
+from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
 
