@@ -34,6 +34,7 @@ from gitray.core.model import (
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
+    ROLE_PROGRESS,
     ObjectKey,
     stable_hash,
 )
@@ -49,7 +50,6 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_RECORD_BYTES",
     "RECORD_FORMAT_VERSION",
-    "ROLE_PROGRESS",
     "ProgressStore",
     "Record",
     "RunState",
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 RECORD_FORMAT_VERSION = 1
-ROLE_PROGRESS = "progress"
 ANN_PROGRESS_FOR = "gitray.io/progress-for"
 DATA_KEY = "record.json"
 # A ConfigMap's data may hold 1 MiB; keep a margin for metadata and the JSON string escaping

@@ -18,6 +18,7 @@ from gitray.core.model import (
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
+    ROLE_PROGRESS,
     Kind,
     LiveObject,
     LiveState,
@@ -37,7 +38,6 @@ SUPPORTING_API_VERSIONS = {
     "NetworkPolicy": "networking.k8s.io/v1",
     "PodDisruptionBudget": "policy/v1",
 }
-ROLE_PROGRESS = "progress"
 
 
 def managed_selector(instance: str) -> str:
