@@ -23,6 +23,7 @@ from gitray.core.errors import UserError, ValidationError
 from gitray.core.model import LiveState
 from gitray.core.snapshot import Snapshot
 from gitray.plans.load import LoadResult, load_snapshot
+from gitray.plans.materialize import materialize
 from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
 from gitray.plans.render import Format, render
 
@@ -117,7 +118,6 @@ class _Basis:
 
 def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, Any]) -> _Basis:
     from gitray.k8s.settings import cluster_configured
-    from gitray.plans.materialize import materialize
 
     against = args.against
     if against is None:

@@ -51,7 +51,7 @@ from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.progress import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
-from gitray.git.source import fetch_branch, read_snapshot
+from gitray.git.source import default_cache_dir, fetch_branch, read_snapshot
 from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
@@ -200,7 +200,7 @@ class Daemon:
             return
         self.statuses.flush()
         self.metrics.polls.inc()
-        _, state = self.state.change(lambda s: replace(s, polls=s.polls + 1))
+        self.state.change(lambda s: replace(s, polls=s.polls + 1))
         started = time.monotonic()
         try:
             fetched = fetch_branch(self.settings.repo, self.settings.branch,
@@ -243,8 +243,6 @@ class Daemon:
             return  # no old cluster is due yet: no need to read the cluster
         cache = self.settings.cache_dir
         if cache is None:
-            from gitray.git.source import default_cache_dir
-
             cache = default_cache_dir(self.settings.repo)
         self.sync(cache, state.synced, "deletions")
 
