@@ -24,8 +24,8 @@ from gitray.core.model import (
     MANAGED_BY,
 )
 from gitray.core.timefmt import utc_timestamp
+from gitray.core.waits import Backoff, Clock, Deadline, poll
 from gitray.engine.fence import Fence
-from gitray.engine.waits import Backoff, Clock, Deadline, poll
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES

@@ -23,11 +23,11 @@ from enum import StrEnum
 from gitray.core.config import Config
 from gitray.core.errors import LeaseLostError, TerminalError, TransientError
 from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.core.waits import Backoff
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.fence import Fence
 from gitray.engine.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
-from gitray.engine.waits import Backoff
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 
 __all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]

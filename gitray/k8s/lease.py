@@ -36,6 +36,7 @@ from gitray.core.errors import (
     TransientError,
 )
 from gitray.core.timefmt import utc_timestamp
+from gitray.core.waits import Clock, Deadline, poll
 from gitray.k8s.client import Kube
 from gitray.k8s.election import (
     LEASE_API_VERSION,
@@ -159,26 +160,28 @@ class Lease:
 
         ``on_wait(holder, seconds_waited)`` is called after each failed attempt. After
         ``timeout_s`` (0: a single attempt) raises :class:`LeaseBusyError`."""
-        start = self._clock()
-        while True:
-            if self.try_acquire_or_renew():
-                return self.epoch
-            waited = self._clock() - start
-            holder = self.holder
-            if waited >= timeout_s:
-                if holder and holder != self._settings.identity:
-                    raise LeaseBusyError(
-                        f"{self.where} is held by {holder}; gave up after {waited:.0f} s "
-                        f"(another gitray is applying: wait for it or raise the timeout)")
-                raise LeaseBusyError(f"could not take the {self.where} within {waited:.0f} s: "
-                                     f"{self._last_error or 'lost every compare-and-swap'}")
+        deadline = Deadline(timeout_s, Clock(monotonic=self._clock))
+
+        def timed_out() -> LeaseBusyError:
+            waited, holder = deadline.elapsed(), self.holder
+            if holder and holder != self._settings.identity:
+                return LeaseBusyError(
+                    f"{self.where} is held by {holder}; gave up after {waited:.0f} s "
+                    f"(another gitray is applying: wait for it or raise the timeout)")
+            return LeaseBusyError(f"could not take the {self.where} within {waited:.0f} s: "
+                                  f"{self._last_error or 'lost every compare-and-swap'}")
+
+        def wait(left: float) -> None:
             if on_wait is not None:
-                on_wait(holder, waited)
+                on_wait(self.holder, deadline.elapsed())
             pause = retry_delay(self._settings.retry_period_s, self._rng)
             lapse = self.lapses_in()
             if lapse is not None:
                 pause = min(pause, lapse + LAPSE_MARGIN_S)
-            time.sleep(max(0.0, min(pause, timeout_s - waited)))
+            time.sleep(max(0.0, min(pause, left)))
+
+        return poll(lambda: self.epoch if self.try_acquire_or_renew() else None, deadline,
+                    wait=wait, timeout=timed_out)
 
     def start_renewing(self, on_lost: OnLost | None = None) -> None:
         """Renew every retry period in the background; when no renew succeeds within the

@@ -1,8 +1,9 @@
 """Waiting and retrying, written once: a deadline, growing (jittered) pauses, and a poll loop.
 
 No I/O of its own: the clock is a parameter (``Clock``, the real one by default), so every
-wait of a step — a cluster becoming ready, Serve reaching RUNNING, an object going away, a
-dashboard starting to answer — is the same loop with its own check and its own timeout error.
+wait — a cluster becoming ready, Serve reaching RUNNING, an object going away, a dashboard
+starting to answer, the Lease becoming free — is the same loop with its own check and its own
+timeout error; retries of transient errors pause by ``Backoff``.
 """
 
 from __future__ import annotations
