@@ -1,21 +1,18 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, with an epoch and fencing. Does I/O.
 
-Only the holder of the Lease executes plans (SPEC §4). The election follows client-go's
-rules — the same record fields, 15 s / 10 s / 2 s durations, and expiry judged by *when this
-process last saw the record change*, on its own monotonic clock, never by the remote
-``renewTime`` — and adds what client-go lacks:
+Only the holder of the Lease executes plans (SPEC §4). The election follows client-go's rules
+(:mod:`gitray.k8s.election`: record fields, 15 s / 10 s / 2 s durations, expiry judged on this
+process's own monotonic clock by when it last saw the record change) and adds:
 
-- an **epoch**: the Lease's ``leaseTransitions`` when this process took it. It grows on every
-  change of holder (including this process taking the Lease again after losing it), so work
-  started under an old epoch can be told apart from the current leader's.
-- **fencing**: :meth:`Lease.ensure_held` refuses (``LeaseLostError``) unless the last
-  successful renew is younger than the renew deadline — checked locally first, so a process
-  woken from a long pause refuses before touching the network — *and* a fresh read of the
-  Lease still names this process with the same epoch. Every mutating step calls it first.
+- an **epoch**: ``leaseTransitions`` when this process took the Lease; it grows on every change
+  of holder, so work started under an old epoch is told apart from the current leader's;
+- **fencing**: :meth:`Lease.ensure_held` raises ``LeaseLostError`` unless the last renew is
+  younger than the renew deadline (checked locally first: a process woken from a pause refuses
+  before touching the network) *and* a fresh read still names this process in the same epoch.
 
-Every write is a ``replace`` carrying the ``resourceVersion`` that was read (compare-and-swap),
-so two candidates can never both believe their write took the Lease. The pure rules are in
-:mod:`gitray.k8s.election`; this module does the API calls and runs the renewing threads.
+Every write is a ``replace`` carrying the ``resourceVersion`` read (compare-and-swap), so two
+candidates never both believe they took the Lease. This module does the API calls and runs the
+renewing threads.
 """
 
 from __future__ import annotations
