@@ -25,6 +25,7 @@ __all__ = [
     "check_durations",
     "default_identity",
     "lease_body",
+    "lost_because",
     "new_lease_body",
     "next_record",
     "renew_is_fresh",
@@ -181,3 +182,16 @@ def new_lease_body(settings: LeaseSettings, record: LeaseRecord) -> dict[str, An
             "metadata": {"name": settings.name, "namespace": settings.namespace,
                          "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
             "spec": record.to_spec()}
+
+
+def lost_because(live: Mapping[str, Any], identity: str, epoch: int | None, uid: str) -> str:
+    """Why the live Lease shows ``identity`` (holding it in ``epoch``, Lease object ``uid``)
+    no longer holds it; "" when it still does."""
+    record = LeaseRecord.from_spec(live.get("spec"))
+    if (live.get("metadata") or {}).get("uid", "") != uid:
+        return "it was deleted and created again"
+    if record.holder != identity:
+        return f"it is now held by {record.holder or 'nobody'} (epoch {record.transitions})"
+    if record.transitions != epoch:
+        return f"it moved on to epoch {record.transitions}"
+    return ""

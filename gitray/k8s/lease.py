@@ -41,6 +41,7 @@ from gitray.k8s.election import (
     LeaseSettings,
     Observation,
     lease_body,
+    lost_because,
     new_lease_body,
     next_record,
     renew_is_fresh,
@@ -223,7 +224,7 @@ class Lease:
             s = self._settings
             try:
                 live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
-                if live is None or self._problem(live, epoch, uid):
+                if live is None or lost_because(live, self._settings.identity, epoch, uid):
                     return False
                 record = LeaseRecord.from_spec(live.get("spec"))
                 now = _wall_now()
@@ -256,7 +257,8 @@ class Lease:
         live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
         with self._lock:
             epoch, uid = self._epoch, self._uid
-        problem = "it was deleted" if live is None else self._problem(live, epoch, uid)
+        problem = ("it was deleted" if live is None
+                   else lost_because(live, self._settings.identity, epoch, uid))
         if problem:
             self._step_down(problem)
             raise LeaseLostError(f"{self.where} lost: {problem}; this process (epoch {epoch}) "
@@ -279,17 +281,6 @@ class Lease:
                       f"(was this process paused?)")
             self._step_down(reason)
             raise LeaseLostError(f"{self.where}: {reason}; refusing to act")
-
-    def _problem(self, live: Mapping[str, Any], epoch: int | None, uid: str) -> str:
-        """Why the live Lease shows this process no longer holds it ("" if it still does)."""
-        record = LeaseRecord.from_spec(live.get("spec"))
-        if (live.get("metadata") or {}).get("uid", "") != uid:
-            return "it was deleted and created again"
-        if record.holder != self._settings.identity:
-            return f"it is now held by {record.holder or 'nobody'} (epoch {record.transitions})"
-        if record.transitions != epoch:
-            return f"it moved on to epoch {record.transitions}"
-        return ""
 
     def _step_down(self, reason: str) -> None:
         with self._lock:
@@ -331,7 +322,7 @@ class Lease:
             with self._lock:
                 self._observed.see(record, t0)
             if renewing:
-                problem = self._problem(live, epoch, uid)
+                problem = lost_because(live, self._settings.identity, epoch, uid)
                 if problem:
                     self._step_down(problem)
                     return False
