@@ -19,6 +19,7 @@ import httpx
 from gitray.core.config import StatusProvider
 from gitray.core.credentials import redact_secrets
 from gitray.core.errors import ConfigError, StatusRejected, TransientError
+from gitray.hosts.status import CommitStatus
 
 __all__ = ["DEFAULT_URLS", "HTTP_TIMEOUT", "HostApi", "api_base_url", "auth_headers",
            "repo_path", "token_from"]
@@ -94,6 +95,15 @@ class HostApi:
         if response.status_code in (408, 429) or response.status_code >= 500:
             raise TransientError(self._scrub(reason))
         raise StatusRejected(self._scrub(reason))
+
+    def post_status(self, path: str, status: CommitStatus, **fields: str) -> None:
+        """POST a commit status: the host's own ``fields`` (state, context or name), then the
+        description and, when set, the target URL."""
+        body = {**fields, "description": status.description}
+        if status.target_url:
+            body["target_url"] = status.target_url
+        self.request("POST", path, json_body=body,
+                     what=f"status {status.context} on {status.sha[:12]}")
 
     def pages(self, path: str, *, what: str, params: Mapping[str, str | int] | None = None,
               per_page_param: str = "per_page", per_page: int = 100,

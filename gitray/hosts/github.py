@@ -25,12 +25,9 @@ class GitHubProvider:
         self.repo = repo_path(repository)
 
     def post(self, status: CommitStatus) -> bool:
-        body = {"state": str(status.state), "context": status.context[: self.context_limit],
-                "description": status.description}
-        if status.target_url:
-            body["target_url"] = status.target_url
-        self.api.request("POST", f"/repos/{self.repo}/statuses/{status.sha}",
-                         json_body=body, what=f"status {status.context} on {status.sha[:12]}")
+        self.api.post_status(f"/repos/{self.repo}/statuses/{status.sha}", status,
+                             state=str(status.state),
+                             context=status.context[: self.context_limit])
         return True
 
     def latest(self, sha: str, context: str) -> tuple[State, str] | None:

@@ -68,11 +68,8 @@ class GitLabProvider:
                 log.debug("gitlab keeps %s %s on %s: it cannot go from %s to %s", status.context,
                           current[0], status.sha[:12], current[0], target)
                 return False
-        body = {"state": target, "name": status.context, "description": status.description}
-        if status.target_url:
-            body["target_url"] = status.target_url
-        self.api.request("POST", f"/projects/{self.project}/statuses/{status.sha}",
-                         json_body=body, what=f"status {status.context} on {status.sha[:12]}")
+        self.api.post_status(f"/projects/{self.project}/statuses/{status.sha}", status,
+                             state=target, name=status.context)
         return True
 
     def latest(self, sha: str, context: str) -> tuple[State, str] | None:
