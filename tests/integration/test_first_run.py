@@ -17,14 +17,8 @@ from typing import Any
 from kubernetes import client
 from ruamel.yaml import YAML
 
-from tests.integration.gitops import (
-    REPO_ROOT,
-    GitOpsRepo,
-    dump,
-    example_rayservice,
-    gitray_config,
-    output,
-)
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, example_rayservice, output
+from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv
 
 _yaml = YAML(typ="safe", pure=True)
