@@ -218,6 +218,7 @@ def guard_ruleset(strict_forward: bool) -> str:
     ip saddr {GUARD_RANGE} iifname != {local} counter drop
     ip daddr {GUARD_RANGE} iifname != {local} counter drop
     iifname "{BRIDGE}" ip daddr != {GUARD_RANGE} counter drop
+    iifname "{BRIDGE}" meta nfproto ipv6 counter drop
   }}
   chain forward {{
     type filter hook forward priority -10; policy accept;
@@ -241,6 +242,8 @@ def network_up(node_dir: Path, before: dict[str, Any]) -> None:
     (node_dir / "guard.nft").write_text(guard_ruleset(strict))
     _sh("nft", "-f", str(node_dir / "guard.nft"))
     _sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    # IPv4 only: no IPv6 (link-local) address for the host on the pods' link
+    Path(f"/proc/sys/net/ipv6/conf/{BRIDGE}/disable_ipv6").write_text("1\n")
     _sh("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
     _sh("ip", "link", "set", BRIDGE, "up")
     _sh("ip", "route", "add", SERVICE_CIDR, "dev", BRIDGE, "src", NODE_IP)
