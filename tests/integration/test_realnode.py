@@ -6,16 +6,30 @@ real kube-proxy rules, KubeRay is the real operator (with its own RayService con
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from tests.integration.gitops import (
+    CALC,
+    GREETER,
+    GitOpsRepo,
+    Gitray,
+    dump,
+    example_rayservice,
+    gitray_config,
+    output,
+    serve_config,
+)
 from tests.testenv import control, node
 from tests.testenv.helpers import (
+    RAY_IMAGE,
     TestEnv,
     get_text,
     http_json,
@@ -23,6 +37,7 @@ from tests.testenv.helpers import (
     real_raycluster_spec,
     wait_for,
 )
+from tests.testenv.load import LoadGenerator
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}
@@ -170,3 +185,70 @@ def test_kuberay_rayservice_controller_reaches_ready_and_serves(realnode: TestEn
     answer = wait_for(lambda: get_text(f"http://{cluster_ip}:8000/hello"), 60,
                       what=f"an answer through ClusterIP {cluster_ip}")
     assert answer == GREETING
+
+
+def _real_node_example(ns: str, image: str) -> dict[str, Any]:
+    """The examples-repo RayService (greeter + calc) sized for the real node: same Serve config,
+    same port names, one CPU per Ray node and small memory (two clusters fit side by side)."""
+    doc = example_rayservice(ns)
+    doc["spec"]["serveConfigV2"] = serve_config(GREETER, CALC)
+    spec = real_raycluster_spec(workers=1)
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group["template"]["spec"]["containers"][0]["image"] = image
+    doc["spec"]["rayClusterConfig"] = spec
+    return doc
+
+
+def test_no_request_lost_during_a_blue_green_upgrade_by_gitray_apply(
+        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """Real requests to the serve Service's ClusterIP, at a fixed rate, while `gitray apply`
+    builds a new cluster (image change), switches the Services and deletes the old one."""
+    ns = node_namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    repo.commit("first rollout", {
+        "gitray.yaml": gitray_config("20s", ns),
+        "services/serve-demo.yaml": dump(_real_node_example(ns, RAY_IMAGE))})
+    first = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert first.returncode == 0, output(first)
+    (blue,) = _rayclusters(realnode, ns)
+    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
+    assert wait_for(lambda: get_text(url), 60, what="first answer") == "Hello, Ada!"
+
+    # the same Ray, another image reference: a new cluster (blue-green), not an in-place update
+    repo.commit("new image", {"services/serve-demo.yaml": dump(
+        _real_node_example(ns, "localhost/gitray-ray:2.60.0"))})
+    load = LoadGenerator(url, rate=10, count=3000, timeout=3).start()
+    try:
+        upgrade = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert upgrade.returncode == 0, output(upgrade)
+        green = next(n for n in _rayclusters(realnode, ns) if n != blue)
+        sel = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns).spec.selector
+        assert sel["ray.io/cluster"] == green
+        # once the deletion delay is over, a later pass deletes the old cluster
+        wait_for(lambda: _due(realnode, ns, blue), 60, interval=2, what=f"{blue} due")
+        again = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert again.returncode == 0, output(again)
+        wait_for(lambda: not realnode.cluster_pods(ns, blue), 120, what=f"{blue} pods gone")
+        time.sleep(5)  # a few more requests with the old cluster gone
+    finally:
+        result = load.stop()
+    print(f"\nblue-green upgrade by gitray apply, ClusterIP {url}: {result.summary()}; "
+          f"answers {dict(result.bodies)}")
+    assert result.sent > 0
+    assert result.failed == 0, result.summary()
+    assert set(result.bodies) == {"Hello, Ada!"}
+
+
+def _rayclusters(env: TestEnv, ns: str) -> list[str]:
+    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    return [i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")]
+
+
+def _due(env: TestEnv, ns: str, name: str) -> bool:
+    obj = env.custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", name)
+    after = (obj["metadata"].get("annotations") or {}).get("gitray.io/delete-after")
+    if not after:
+        return False
+    due = datetime.datetime.fromisoformat(after.replace("Z", "+00:00"))
+    return datetime.datetime.now(datetime.UTC) > due + datetime.timedelta(seconds=1)

@@ -629,6 +629,10 @@ def status(state_dir: Path | None = None) -> tuple[bool, str]:
         return False, f"testenv: not running (no state in {state_dir})"
     lines = [f"testenv state: {state_dir}", f"KUBECONFIG={state.kubeconfig}",
              f"apiserver: {state.apiserver}", f"pod network: {state.pod_network}"]
+    if state.node:
+        lines.append(f"real node: {state.node['name']} {state.node['ip']} (bridge "
+                     f"{state.node['bridge']}), pods {state.node['pod_subnet']}, Services "
+                     f"{state.node['service_cidr']}, cluster DNS {state.node['dns_ip']}")
     alive = state.alive()
     for name, comp in state.components.items():
         mark = "up" if alive[name] else "DOWN"

@@ -445,7 +445,7 @@ def corefile(kubeconfig: str, ready_port: int) -> str:
     bind {NODE_IP}
     ready 127.0.0.1:{ready_port}
     errors
-    kubernetes cluster.local in-addr.arpa {{
+    kubernetes cluster.local {{
         kubeconfig {kubeconfig} testenv
         pods insecure
     }}
