@@ -14,6 +14,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -397,6 +398,8 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         str(bin_ / "kwok"), f"--kubeconfig={kconf}", *stages,
         # only its own fake nodes, never the real one
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        # keep its nodes' leases (else the node-lifecycle controller marks them NotReady)
+        "--node-lease-duration-seconds=40",
         "--node-ip=127.0.0.1", f"--cidr=127.{state.pod_net}.255.0/24",
         f"--server-address=127.0.0.1:{kwok_port}",
     ], [kwok_port])
@@ -458,10 +461,21 @@ def _node_up(state: State, lay: build.Layout, starter: _Starter,
         d, "version", check=False, timeout=10).returncode == 0, 60, pid, log)
     done()
 
-    done = step("images imported into containerd")
-    for tarball in (images.pause_image_path(lay.root), images.ray_image_path(lay.root)):
-        node.ctr(d, "images", "import", str(tarball), timeout=600)
+    done = step("pause image imported")
+    node.ctr(d, "images", "import", str(images.pause_image_path(lay.root)), timeout=120)
     done()
+    # The Ray image (~700 MB) is imported while the kubelet, kube-proxy and CoreDNS start.
+    ray_import: dict[str, object] = {}
+
+    def import_ray() -> None:
+        t = time.monotonic()
+        try:
+            node.ctr(d, "images", "import", str(images.ray_image_path(lay.root)), timeout=600)
+        except BaseException as exc:  # reported by the join below
+            ray_import["error"] = exc
+        ray_import["seconds"] = time.monotonic() - t
+    importer = threading.Thread(target=import_ray, daemon=True, name="ray-image-import")
+    importer.start()
 
     done = step("kubelet")
     healthz = procs.free_port()
@@ -499,6 +513,12 @@ def _node_up(state: State, lay: build.Layout, starter: _Starter,
         str(bin_ / "coredns"), "-conf", str(d / "Corefile"), "-dns.port", "53",
     ], [ready])
     _wait("coredns", lambda: _http_ok(f"http://127.0.0.1:{ready}/ready"), 60, pid, log)
+    done()
+
+    done = step(f"Ray image {', '.join(images.RAY_TAGS)} imported (in parallel)")
+    importer.join(600)
+    if importer.is_alive() or "error" in ray_import:
+        raise EnvError(f"importing the Ray image failed: {ray_import.get('error', 'timeout')}")
     done()
 
 
@@ -575,14 +595,20 @@ def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
             if comp:
                 procs.stop_session(int(comp["pid"]), comp.get("started"),  # type: ignore[call-overload,arg-type]
                                    grace=max(grace, 45.0) if name == "raypods" else grace)
+                say(f"stopped {name} (pid {comp['pid']})")
+        _stop_ray_heads(state_dir, grace)
         _node_down(state, say, grace)
     order = ["raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns", "containerd",
              "kwok", "kube-scheduler",
              "kube-controller-manager", "kube-apiserver", "etcd"]
     names = [n for n in order if n in state.components]
     names += [n for n in state.components if n not in order]
+    stopped = {"raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns",
+               "containerd"} if state.node else set()
     for name in names:
         comp = state.components[name]
+        if name in stopped:
+            continue  # stopped above, with the real node
         wait = max(grace, 45.0) if name == "raypods" else grace  # it stops its heads first
         procs.stop_session(int(comp["pid"]), comp.get("started"), grace=wait)  # type: ignore[call-overload,arg-type]
         if name == "raypods":
