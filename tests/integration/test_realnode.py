@@ -75,6 +75,8 @@ def test_up_then_down_leaves_the_machine_as_it_was() -> None:
         assert second.returncode == 1
         assert "holds this machine's real node" in second.stderr
         assert str(state_dir) in second.stderr
+        assert not list(other.iterdir())  # refused before writing anything
+        other.rmdir()
     finally:
         down = _testenv_cli("down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stdout + down.stderr

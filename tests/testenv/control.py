@@ -252,11 +252,14 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     t0 = time.monotonic()
+    if real_node:  # before anything is written: a refused `up` leaves nothing behind
+        try:
+            node.acquire_lock(state_dir, wait=node_wait)
+        except node.NodeError as exc:
+            raise EnvError(str(exc)) from None
     state_dir.mkdir(parents=True, exist_ok=True)
     state = State(dir=state_dir, cache=str(lay.dir), started_at=time.time())
     state.save()
-    if real_node:
-        node.acquire_lock(state_dir, wait=node_wait)
     try:
         if real_node:
             _network_up(state, say)
