@@ -13,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.integration.gitops import (
     CALC,
     GREETER,
+    HELLO,
     GitOpsRepo,
     Gitray,
     dump,
@@ -37,10 +39,10 @@ from tests.testenv.helpers import (
     real_raycluster_spec,
     wait_for,
 )
-from tests.testenv.load import LoadGenerator
+from tests.testenv.load import LoadGenerator, LoadResult
 
 REPO = Path(__file__).resolve().parents[2]
-HELLO = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}
+HELLO_APP = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}
 GREETING = "hello from gitray testenv"
 
 
@@ -140,7 +142,7 @@ def test_raycluster_runs_in_real_pods_behind_real_services(realnode: TestEnv,
 
     # a Serve app deployed through the dashboard's REST API, answered through a ClusterIP
     status, body = http_json("PUT", f"{dashboard}/api/serve/applications/",
-                             {"applications": [HELLO]})
+                             {"applications": [HELLO_APP]})
     assert status == 200, (status, body)
     realnode.wait_serve_running(dashboard, "hello", timeout=180)
     assert get_text(f"http://{head.status.pod_ip}:8000/hello") == GREETING
@@ -189,11 +191,11 @@ def test_kuberay_rayservice_controller_reaches_ready_and_serves(realnode: TestEn
     assert answer == GREETING
 
 
-def _real_node_example(ns: str, image: str) -> dict[str, Any]:
+def _real_node_example(ns: str, image: str, serve: str | None = None) -> dict[str, Any]:
     """The examples-repo RayService (greeter + calc) sized for the real node: same Serve config,
     same port names, one CPU per Ray node and small memory (two clusters fit side by side)."""
     doc = example_rayservice(ns)
-    doc["spec"]["serveConfigV2"] = serve_config(GREETER, CALC)
+    doc["spec"]["serveConfigV2"] = serve or serve_config(GREETER, CALC)
     spec = real_raycluster_spec(workers=1)
     for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
         group["template"]["spec"]["containers"][0]["image"] = image
@@ -201,45 +203,72 @@ def _real_node_example(ns: str, image: str) -> dict[str, Any]:
     return doc
 
 
-def test_no_request_lost_during_a_blue_green_upgrade_by_gitray_apply(
+def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_back(
         realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
-    """Real requests to the serve Service's ClusterIP, at a fixed rate, while `gitray apply`
-    builds a new cluster (image change), switches the Services and deletes the old one."""
+    """Real requests to the serve Service's ClusterIP (new connection each, fixed rate, bounded)
+    while `gitray apply` deploys a Serve-only change, upgrades blue-green (image change: a new
+    cluster, Services switched), rolls back instantly (Git reverted while the old cluster awaits
+    deletion) and finally deletes the cluster no longer used. Expected: no failed request."""
     ns = node_namespace
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
-    repo.commit("first rollout", {
-        "gitray.yaml": gitray_config("20s", ns),
-        "services/serve-demo.yaml": dump(_real_node_example(ns, RAY_IMAGE))})
+    manifest = "services/serve-demo.yaml"
+    repo.commit("first rollout", {"gitray.yaml": gitray_config("45s", ns),
+                                  manifest: dump(_real_node_example(ns, RAY_IMAGE))})
     first = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert first.returncode == 0, output(first)
     (blue,) = _rayclusters(realnode, ns)
     svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
     url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
     assert wait_for(lambda: get_text(url), 60, what="first answer") == "Hello, Ada!"
+    results: dict[str, LoadResult] = {}
 
-    # the same Ray, another image reference: a new cluster (blue-green), not an in-place update
-    repo.commit("new image", {"services/serve-demo.yaml": dump(
-        _real_node_example(ns, "localhost/gitray-ray:2.60.0"))})
-    load = LoadGenerator(url, rate=10, count=3000, timeout=3).start()
-    try:
-        upgrade = gitray.run("apply", "--repo", str(repo.path), "--yes")
-        assert upgrade.returncode == 0, output(upgrade)
-        green = next(n for n in _rayclusters(realnode, ns) if n != blue)
-        sel = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns).spec.selector
-        assert sel["ray.io/cluster"] == green
-        # once the deletion delay is over, a later pass deletes the old cluster
-        wait_for(lambda: _due(realnode, ns, blue), 60, interval=2, what=f"{blue} due")
+    def phase(name: str, change: Callable[[], None]) -> None:
+        load = LoadGenerator(url, rate=10, count=3000, timeout=3).start()
+        try:
+            change()
+            time.sleep(3)  # a few more requests once the change is done
+        finally:
+            results[name] = load.stop()
+
+    def apply(message: str, doc: dict[str, Any]) -> str:
+        repo.commit(message, {manifest: dump(doc)})
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert result.returncode == 0, output(result)
+        return result.stdout
+
+    with_hello = serve_config(GREETER, CALC, HELLO)
+    phase("Serve-only change", lambda: apply("add hello", _real_node_example(
+        ns, RAY_IMAGE, with_hello)))
+    assert _rayclusters(realnode, ns) == [blue]
+    phase("blue-green upgrade", lambda: apply("new image", _real_node_example(
+        ns, "localhost/gitray-ray:2.60.0", with_hello)))
+    green = next(n for n in _rayclusters(realnode, ns) if n != blue)
+    assert _serve_selects(realnode, ns) == green
+    phase("instant rollback", lambda: apply("revert", _real_node_example(
+        ns, RAY_IMAGE, with_hello)))
+    assert _serve_selects(realnode, ns) == blue
+    assert set(_rayclusters(realnode, ns)) == {blue, green}
+
+    def delete_green() -> None:
+        wait_for(lambda: _due(realnode, ns, green), 90, interval=2, what=f"{green} due")
         again = gitray.run("apply", "--repo", str(repo.path), "--yes")
         assert again.returncode == 0, output(again)
-        wait_for(lambda: not realnode.cluster_pods(ns, blue), 120, what=f"{blue} pods gone")
-        time.sleep(5)  # a few more requests with the old cluster gone
-    finally:
-        result = load.stop()
-    print(f"\nblue-green upgrade by gitray apply, ClusterIP {url}: {result.summary()}; "
-          f"answers {dict(result.bodies)}")
-    assert result.sent > 0
-    assert result.failed == 0, result.summary()
-    assert set(result.bodies) == {"Hello, Ada!"}
+        wait_for(lambda: not realnode.cluster_pods(ns, green), 120, what=f"{green} pods gone")
+    phase("old cluster deleted", delete_green)
+
+    print(f"\ntraffic to ClusterIP {url} (10 req/s, a new connection each):")
+    print(f"{'scenario':<22} {'sent':>5} {'2xx':>5} {'failed':>6} {'p50 ms':>7} {'p99 ms':>7}")
+    for name, r in results.items():
+        print(f"{name:<22} {r.sent:>5} {r.ok:>5} {r.failed:>6} {r.percentile(50):>7.1f} "
+              f"{r.percentile(99):>7.1f}  {dict(r.failures) or ''}")
+    for name, r in results.items():
+        assert r.sent > 0 and r.failed == 0, f"{name}: {r.summary()}"
+        assert set(r.bodies) == {"Hello, Ada!"}, (name, r.bodies)
+
+
+def _serve_selects(env: TestEnv, ns: str) -> str:
+    svc = env.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    return str(svc.spec.selector["ray.io/cluster"])
 
 
 def _rayclusters(env: TestEnv, ns: str) -> list[str]:
