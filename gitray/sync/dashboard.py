@@ -12,6 +12,7 @@ Ports are looked up by name, never hard-coded. Token-auth clusters get
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -79,12 +80,19 @@ class Resolver:
         if self.mode is not DashboardMode.PROXY:
             return None
         cfg = self.kube.api_client.configuration
-        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file else None
         headers = {}
         if cfg.api_key.get("authorization"):
             headers["authorization"] = cfg.api_key["authorization"]
-        return httpx.Client(verify=cfg.ssl_ca_cert or True, cert=cert, headers=headers,
-                            timeout=_PROXY_TIMEOUT)
+        # One SSL context with the CA *and* the client certificate: httpx 0.28 ignores
+        # `cert=` when `verify` is a path, so the API server saw system:anonymous (403).
+        ctx = (ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert
+               else ssl.create_default_context())
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        return httpx.Client(verify=ctx, headers=headers, timeout=_PROXY_TIMEOUT)
 
     def dashboard_url(self, namespace: str, cluster: str) -> str:
         if self.mode is DashboardMode.POD_IP:
