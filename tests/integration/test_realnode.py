@@ -283,3 +283,23 @@ def _due(env: TestEnv, ns: str, name: str) -> bool:
         return False
     due = datetime.datetime.fromisoformat(after.replace("Z", "+00:00"))
     return datetime.datetime.now(datetime.UTC) > due + datetime.timedelta(seconds=1)
+
+
+def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_namespace: str,
+                                                   tmp_path: Path) -> None:
+    """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
+    the Serve proxies of real pods only through the API server's service/pod proxy."""
+    ns = node_namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
+                                  "services/serve-demo.yaml": dump(_real_node_example(
+                                      ns, RAY_IMAGE))})
+    argv = gitray.argv("apply", "--repo", str(repo.path), "--yes")
+    argv[argv.index("pod-ip")] = "proxy"
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600,
+                            env=gitray.env(), stdin=subprocess.DEVNULL, cwd=REPO)
+    assert result.returncode == 0, output(result)
+    assert "6/6 create-service serve-demo-serve-svc" in result.stdout
+    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
+    assert wait_for(lambda: get_text(url), 60, what="an answer") == "Hello, Ada!"
