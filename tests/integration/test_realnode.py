@@ -285,21 +285,40 @@ def _due(env: TestEnv, ns: str, name: str) -> bool:
     return datetime.datetime.now(datetime.UTC) > due + datetime.timedelta(seconds=1)
 
 
-def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_namespace: str,
-                                                   tmp_path: Path) -> None:
-    """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
-    the Serve proxies of real pods only through the API server's service/pod proxy."""
-    ns = node_namespace
+def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode: str,
+                               wrapper: list[str] | None = None) -> None:
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
                                   "services/serve-demo.yaml": dump(_real_node_example(
                                       ns, RAY_IMAGE))})
     argv = gitray.argv("apply", "--repo", str(repo.path), "--yes")
-    argv[argv.index("pod-ip")] = "proxy"
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600,
-                            env=gitray.env(), stdin=subprocess.DEVNULL, cwd=REPO)
+    argv[argv.index("pod-ip")] = mode
+    result = subprocess.run([*(wrapper or []), *argv], capture_output=True, text=True,
+                            check=False, timeout=600, env=gitray.env(),
+                            stdin=subprocess.DEVNULL, cwd=REPO)
     assert result.returncode == 0, output(result)
     assert "6/6 create-service serve-demo-serve-svc" in result.stdout
     svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
     url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
     assert wait_for(lambda: get_text(url), 60, what="an answer") == "Hello, Ada!"
+
+
+def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_namespace: str,
+                                                   tmp_path: Path) -> None:
+    """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
+    the Serve proxies of real pods only through the API server's service/pod proxy."""
+    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "proxy")
+
+
+def test_gitray_apply_by_cluster_dns(realnode: TestEnv, node_namespace: str,
+                                     tmp_path: Path) -> None:
+    """`--dashboard service` (the default in a cluster): gitray reaches dashboards by their
+    Service's cluster DNS name. Here gitray runs on the host with CoreDNS as its resolver: a
+    private mount namespace (unshare) binds a resolv.conf naming the cluster DNS Service over
+    /etc/resolv.conf for gitray alone; the machine's resolver is untouched."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {realnode.real_node['dns_ip']}\n"
+                      "options ndots:1 timeout:2 attempts:2\n")
+    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]
+    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "service", wrapper)
