@@ -52,6 +52,8 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_up_then_down_leaves_the_machine_as_it_was() -> None:
     """Routes, links, namespaces, nftables/iptables tables, sysctls, host paths, mounts and
     cgroups after `down` are exactly what they were before `up`."""
+    # another environment's real node (a developer's) would change the machine under us
+    assert node.wait_lock_free(600), f"the real node stays held: {node.lock_path().read_text()}"
     before = node.snapshot()
     state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-node-updown-"))
     up = _testenv_cli("up", "--state-dir", str(state_dir), "--node-wait", "600")

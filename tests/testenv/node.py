@@ -137,7 +137,11 @@ def snapshot() -> dict[str, Any]:
         "ip6tables-save": _iptables_save("ip6tables-save"),
         "sysctls": read_sysctls(),
         "host paths": {p: os.path.lexists(p) for p in HOST_PATHS},
-        "mounts": sorted(_mountpoints()),
+        # mounts the node could leave: under its host paths, cgroups, or any testenv state dir
+        # (not the whole table: other tools on a shared machine mount and unmount too)
+        "mounts": sorted(p for p in _mountpoints()
+                         if p.startswith((*HOST_PATHS, str(CGROUP_FS)))
+                         or "gitray-testenv" in p),
         "cgroups": _cgroup_dirs(),
     }
 
@@ -151,6 +155,20 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[An
 # -- the machine-wide lock -----------------------------------------------------------------
 def lock_path() -> Path:
     return procs.CLAIMS / LOCK_KIND / "0.json"
+
+
+def wait_lock_free(timeout: float) -> bool:
+    """Wait (bounded) until no environment holds the real node; whether it is free."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            holder = json.loads(lock_path().read_text())
+        except (OSError, ValueError):
+            return True
+        if _lock_stale(holder):
+            return True
+        time.sleep(2)
+    return False
 
 
 def _lock_stale(data: dict[str, object]) -> bool:
