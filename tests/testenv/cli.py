@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,10 @@ def main(argv: list[str]) -> int:
             p.add_argument("--no-node", action="store_true",
                            help="no real node: kwok's fake nodes and the Ray pod runner only "
                                 "(needs no root; several can run at once)")
-            p.add_argument("--node-wait", type=float, default=0.0, metavar="SECONDS",
-                           help="wait this long for another environment's real node to go")
+            p.add_argument("--node-wait", type=float, metavar="SECONDS",
+                           default=float(os.environ.get("GITRAY_TESTENV_NODE_WAIT") or 0),
+                           help="wait this long for another environment's real node to go "
+                                "[$GITRAY_TESTENV_NODE_WAIT or 0]")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
