@@ -72,7 +72,12 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
             )
             return None
         return kind
-    if kind in CLUSTER_SCOPED_KINDS:
+    if kind == "RayCronJob" and api_version == API_VERSION_RAY:
+        message = (
+            "RayCronJob is not supported by gitray yet: gitray manages RayCluster, RayJob and "
+            "RayService; create the RayCronJob outside gitray or exclude this file"
+        )
+    elif kind in CLUSTER_SCOPED_KINDS:
         message = (
             f"{kind} is cluster-scoped; gitray only applies namespaced objects: create it "
             "outside gitray or exclude this file in gitray.yaml"
@@ -98,21 +103,30 @@ def check_identity(
         diagnostics.append(Diagnostic(where, "missing metadata (a mapping with a name)"))
         return None
     before = len(diagnostics)
+    if "generateName" in meta and "name" not in meta:
+        diagnostics.append(_generate_name(document, meta["generateName"]))
+        return None
     name = _name(document, kind, meta, diagnostics)
     namespace = _namespace(document, meta, config, diagnostics)
     _string_map(document, meta, "labels", diagnostics)
     _string_map(document, meta, "annotations", diagnostics)
     wave = _wave(document, meta, diagnostics)
     if "generateName" in meta:
-        diagnostics.append(
-            Diagnostic(
-                document.locate(("metadata", "generateName")),
-                "metadata.generateName is not supported: gitray needs a fixed metadata.name",
-            )
-        )
+        diagnostics.append(_generate_name(document, meta["generateName"]))
     if len(diagnostics) > before or name is None or namespace is None:
         return None
     return namespace, name, wave
+
+
+def _generate_name(document: YamlDocument, prefix: object) -> Diagnostic:
+    """generateName makes a new object on every apply: GitOps cannot find it again."""
+    stem = str(prefix).rstrip("-") if isinstance(prefix, str) and prefix.strip("-") else ""
+    suggestion = stem or "<a fixed name>"
+    return Diagnostic(
+        document.locate(("metadata", "generateName")),
+        "metadata.generateName is not supported: GitOps needs a stable name to find the "
+        f"object again on the next sync; write 'metadata.name: {suggestion}' instead",
+    )
 
 
 def _name(

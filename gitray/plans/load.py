@@ -25,9 +25,11 @@ from gitray.model import (
     SourceLocation,
     Workload,
 )
+from gitray.plans.defaults import with_defaults
+from gitray.plans.fields import refused_path
 from gitray.plans.globs import matches_any
 from gitray.plans.identity import check_identity, check_kind
-from gitray.plans.jsonschemas import schema_errors
+from gitray.plans.jsonschemas import load_schema, schema_errors
 from gitray.plans.rules import (
     check_rules,
 )
@@ -301,7 +303,11 @@ def _workload(
 
 def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
     problems = []
-    for path, message in schema_errors(f"{kind.lower()}.schema.json", document.value):
+    name = f"{kind.lower()}.schema.json"
+    errors = list(schema_errors(name, document.value))
+    if errors:  # judge it as the API server does: after the CRD's defaults (rarely needed)
+        errors = list(schema_errors(name, with_defaults(load_schema(name), document.value)))
+    for path, message in errors:
         if path[:1] in (("apiVersion",), ("kind",), ("metadata",)) or path == (
             "spec",
             "serveConfigV2",
@@ -311,6 +317,8 @@ def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
             continue
         if path == ("spec",) and "'rayClusterConfig' is a required" in message:
             continue  # gitray's rule says it better
+        if kind == Kind.RAY_SERVICE and refused_path(path):
+            continue  # refused by name (gitray.plans.fields)
         where = document.locate(path)
         problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
     return problems

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from gitray.model import Diagnostic, Kind, SourceLocation
+from gitray.plans.fields import refused_fields
 from gitray.plans.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
@@ -35,7 +36,8 @@ def check_rules(kind: str, document: YamlDocument) -> list[Diagnostic]:
     manifest = document.value
     spec = manifest.get("spec")
     if kind == Kind.RAY_SERVICE:
-        return _rayservice(document, spec if isinstance(spec, dict) else {})
+        spec = spec if isinstance(spec, dict) else {}
+        return _rayservice(document, spec) + refused_fields(document, spec)
     if kind == "ConfigMap":
         return _configmap(document, manifest)
     return []

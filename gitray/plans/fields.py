@@ -1,0 +1,112 @@
+"""Every RayService ``spec`` field: honoured by gitray's planner, or refused by name. Pure.
+
+gitray does the RayService controller's job itself (``gitray.plans.rayservice``), so a field that
+changes what KubeRay's controller does must either change what gitray does or be refused: a
+manifest asking for something gitray does not do is never accepted silently. A unit test walks
+the CRD schema's ``spec`` properties and fails when one is in neither table.
+
+``HANDLED`` says how each accepted field is honoured; where only some values are honoured,
+``refused_fields`` refuses the others with a message naming the field and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gitray.model import Diagnostic
+from gitray.plans.yamlsafe import JsonPath, YamlDocument
+
+__all__ = [
+    "HANDLED",
+    "KUBERAY_MANAGER",
+    "REFUSED",
+    "UPGRADE_NEW_CLUSTER",
+    "refused_fields",
+    "refused_path",
+]
+
+UPGRADE_NEW_CLUSTER = "NewCluster"
+UPGRADE_INCREMENTAL = "NewClusterWithIncrementalUpgrade"
+UPGRADE_NONE = "None"
+KUBERAY_MANAGER = "ray.io/kuberay-operator"  # the default: the RayService controller's job
+
+_DEPRECATED = "deprecated and unused by KubeRay since v1.1 (kuberay#1685); accepted and ignored"
+
+HANDLED: Mapping[str, str] = {
+    "rayClusterConfig": "the spec of the cluster <service>-<hash>; a change is a blue-green "
+                        "upgrade, a replica-only change is applied in place",
+    "serveConfigV2": "checked against Ray Serve's schema, deployed to the pending or active "
+                     "cluster's Serve",
+    "rayClusterDeletionDelaySeconds": "how long an old cluster is kept after the switch "
+                                      "(over rayService.deletionDelay)",
+    "upgradeStrategy": f"type {UPGRADE_NEW_CLUSTER} (the default) is gitray's blue-green "
+                       "upgrade; other types are refused",
+    "excludeHeadPodFromServeSvc": "false (the default) only; true is refused",
+    "managedBy": f"absent or {KUBERAY_MANAGER} (gitray does that controller's job); other "
+                 "managers are refused",
+    "serviceUnhealthySecondThreshold": _DEPRECATED,
+    "deploymentUnhealthySecondThreshold": _DEPRECATED,
+}
+
+REFUSED: Mapping[str, str] = {
+    "serveService": "gitray creates <service>-serve-svc itself and does not follow a custom "
+                    "serve Service template yet; remove spec.serveService",
+    # KubeRay v1.7; not in the pinned CRD (so also an unknown field), refused by name
+    "suspend": "suspending a RayService (KubeRay v1.7) is not supported by gitray; remove "
+               "spec.suspend, or remove the RayService from Git to delete its clusters",
+}
+
+
+def refused_path(path: JsonPath) -> bool:
+    """Whether a schema error at ``path`` is superseded by the refusal of that field."""
+    return len(path) == 2 and path[0] == "spec" and path[1] in REFUSED
+
+
+def refused_fields(document: YamlDocument, spec: Mapping[str, Any]) -> list[Diagnostic]:
+    """A diagnostic for each field (or value) of a RayService spec that gitray refuses."""
+    return [Diagnostic(document.locate(path), message)
+            for path, message in _refusals(spec)]
+
+
+def _refusals(spec: Mapping[str, Any]) -> Iterator[tuple[JsonPath, str]]:
+    for name in sorted(REFUSED):
+        if name in spec:
+            yield ("spec", name), f"spec.{name} is not supported: {REFUSED[name]}"
+    yield from _upgrade_strategy(spec.get("upgradeStrategy"))
+    if spec.get("excludeHeadPodFromServeSvc") is True:
+        yield (("spec", "excludeHeadPodFromServeSvc"),
+               "spec.excludeHeadPodFromServeSvc: true is not supported: gitray's serve Service "
+               "selects every pod whose Serve proxy is healthy, the head included; remove it "
+               "or set it to false")
+    manager = spec.get("managedBy")
+    if manager is not None and manager != KUBERAY_MANAGER:
+        yield (("spec", "managedBy"),
+               f"spec.managedBy {manager!r} is not supported: gitray runs this RayService "
+               f"itself, so it must not be managed by another controller; remove managedBy "
+               f"(or set {KUBERAY_MANAGER!r}), or exclude the file from gitray")
+
+
+def _upgrade_strategy(strategy: object) -> Iterator[tuple[JsonPath, str]]:
+    if not isinstance(strategy, Mapping):
+        return  # absent, or reported by the schema
+    kind = strategy.get("type")
+    where: JsonPath = ("spec", "upgradeStrategy", "type")
+    if kind == UPGRADE_INCREMENTAL:
+        yield where, (
+            f"spec.upgradeStrategy.type: {UPGRADE_INCREMENTAL} is not supported: gitray would "
+            "switch all traffic at once (blue-green) instead of shifting it step by step; use "
+            f"{UPGRADE_NEW_CLUSTER} (or remove upgradeStrategy) to accept that")
+    elif kind == UPGRADE_NONE:
+        yield where, (
+            f"spec.upgradeStrategy.type: {UPGRADE_NONE} is not supported yet: gitray always "
+            "builds a new cluster for a cluster change and would not leave it alone; use "
+            f"{UPGRADE_NEW_CLUSTER} (or remove upgradeStrategy)")
+    elif kind is not None and kind != UPGRADE_NEW_CLUSTER:
+        yield where, (
+            f"spec.upgradeStrategy.type {kind!r} is not an upgrade type: write "
+            f"{UPGRADE_NEW_CLUSTER}, {UPGRADE_INCREMENTAL} or {UPGRADE_NONE}")
+    if "clusterUpgradeOptions" in strategy and kind != UPGRADE_INCREMENTAL:
+        yield ("spec", "upgradeStrategy", "clusterUpgradeOptions"), (
+            "spec.upgradeStrategy.clusterUpgradeOptions only applies to "
+            f"{UPGRADE_INCREMENTAL}, which gitray does not support; remove it")
