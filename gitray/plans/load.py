@@ -89,6 +89,7 @@ class LoadResult:
     config: Config
     workloads: tuple[Workload, ...]  # Ray workloads and supporting objects, sorted by key
     diagnostics: tuple[Diagnostic, ...]  # sorted; non-empty => the revision is invalid
+    warnings: tuple[Diagnostic, ...] = ()  # sorted; worth saying, never stop a revision
 
 
 def is_manifest_name(path: str) -> bool:
@@ -116,6 +117,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         return LoadResult(config, (), config_problems)
 
     diagnostics: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
     budget = NodeBudget(MAX_TOTAL_NODES)
     if memo is not None:
@@ -126,10 +128,12 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         found = _file(repo_file, config, budget, memo)
         workloads += found.workloads
         diagnostics += found.diagnostics
+        warnings += found.warnings
     _check_duplicates(workloads, diagnostics)
     if diagnostics:
-        return LoadResult(config, (), _capped(diagnostics))
-    return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), ())
+        return LoadResult(config, (), _capped(diagnostics), _capped(warnings))
+    return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
+                      _capped(warnings))
 
 
 def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic]) -> list[RepoFile]:
@@ -180,6 +184,7 @@ class _FileResult:
     workloads: tuple[Workload, ...]
     diagnostics: tuple[Diagnostic, ...]
     nodes: int  # YAML values read, charged to the revision's budget
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 class LoadMemo:
@@ -225,12 +230,14 @@ def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
             budget.left += known.nodes  # over the budget: parse it to say where
     before = budget.left
     diagnostics: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
     for document in _documents(repo_file, budget, diagnostics):
-        workload = _workload(document, config, diagnostics)
+        workload = _workload(document, config, diagnostics, warnings)
         if workload is not None:
             workloads.append(workload)
-    result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left)
+    result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left,
+                         tuple(warnings))
     if key is not None and memo is not None and budget.left >= 0:
         memo.put(key, result)
     return result
@@ -267,7 +274,8 @@ def _documents(
 
 
 def _workload(
-    document: YamlDocument, config: Config, diagnostics: list[Diagnostic]
+    document: YamlDocument, config: Config, diagnostics: list[Diagnostic],
+    warnings: list[Diagnostic],
 ) -> Workload | None:
     value = document.value
     if not isinstance(value, dict):
@@ -283,7 +291,7 @@ def _workload(
     if kind is None:
         return None
     identity = check_identity(document, kind, config, diagnostics)
-    problems = check_rules(kind, document)
+    problems = check_rules(kind, document, warnings)
     if kind in _RAY_KINDS:
         problems += _schema_problems(document, kind)
     diagnostics.extend(problems)
