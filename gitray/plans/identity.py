@@ -72,12 +72,7 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
             )
             return None
         return kind
-    if kind == "RayCronJob" and api_version == API_VERSION_RAY:
-        message = (
-            "RayCronJob is not supported by gitray yet: gitray manages RayCluster, RayJob and "
-            "RayService; create the RayCronJob outside gitray or exclude this file"
-        )
-    elif kind in CLUSTER_SCOPED_KINDS:
+    if kind in CLUSTER_SCOPED_KINDS:
         message = (
             f"{kind} is cluster-scoped; gitray only applies namespaced objects: create it "
             "outside gitray or exclude this file in gitray.yaml"
@@ -85,9 +80,9 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
     else:
         listed = ", ".join(config.supporting_kinds) or "none"
         message = (
-            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService or a "
-            f"supporting kind ({listed}); add it to supportingKinds in gitray.yaml or exclude "
-            "this file"
+            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService, "
+            f"RayCronJob or a supporting kind ({listed}); add it to supportingKinds in "
+            "gitray.yaml or exclude this file"
         )
     diagnostics.append(Diagnostic(where, message))
     return None

@@ -96,7 +96,7 @@ def test_dropped_cel_rules_are_counted() -> None:
     assert translator.dropped_rules == 2
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService"])
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService", "RayCronJob"])
 def test_committed_schemas_are_generated_from_the_pinned_kuberay(kind: str) -> None:
     schema = json.loads((ROOT / "schemas" / f"{kind.lower()}.schema.json").read_text())
     Draft202012Validator.check_schema(schema)

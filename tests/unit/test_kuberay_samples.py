@@ -39,7 +39,6 @@ REFUSED = {
     "ray-service.incremental-upgrade.yaml":
         "spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not supported",
     "ray-service.custom-serve-service.yaml": "spec.serveService is not supported",
-    "ray-cronjob.sample.yaml": "RayCronJob is not supported by gitray yet",
 }
 
 
