@@ -79,12 +79,29 @@ def _refusals(spec: Mapping[str, Any]) -> Iterator[tuple[JsonPath, str]]:
                "spec.excludeHeadPodFromServeSvc: true is not supported: gitray's serve Service "
                "selects every pod whose Serve proxy is healthy, the head included; remove it "
                "or set it to false")
+    yield from _cluster_config(spec.get("rayClusterConfig"))
     manager = spec.get("managedBy")
     if manager is not None and manager != KUBERAY_MANAGER:
         yield (("spec", "managedBy"),
                f"spec.managedBy {manager!r} is not supported: gitray runs this RayService "
                f"itself, so it must not be managed by another controller; remove managedBy "
                f"(or set {KUBERAY_MANAGER!r}), or exclude the file from gitray")
+
+
+def _cluster_config(config: object) -> Iterator[tuple[JsonPath, str]]:
+    """RayCluster fields that would leave a RayService's cluster never ready."""
+    if not isinstance(config, Mapping):
+        return
+    if config.get("suspend") is True:
+        yield ("spec", "rayClusterConfig", "suspend"), (
+            "spec.rayClusterConfig.suspend: true is not supported: a suspended cluster never "
+            "becomes ready, so no upgrade could finish; remove it")
+    manager = config.get("managedBy")
+    if manager is not None and manager != KUBERAY_MANAGER:
+        yield ("spec", "rayClusterConfig", "managedBy"), (
+            f"spec.rayClusterConfig.managedBy {manager!r} is not supported: KubeRay would "
+            "leave the RayService's cluster to another controller and gitray would wait for it "
+            f"in vain; remove it (or set {KUBERAY_MANAGER!r})")
 
 
 def _upgrade_strategy(strategy: object) -> Iterator[tuple[JsonPath, str]]:
