@@ -42,7 +42,9 @@ HANDLED: Mapping[str, str] = {
                                       "(over rayService.deletionDelay)",
     "upgradeStrategy": f"type {UPGRADE_NEW_CLUSTER} (the default) is gitray's blue-green "
                        "upgrade; other types are refused",
-    "excludeHeadPodFromServeSvc": "false (the default) only; true is refused",
+    "excludeHeadPodFromServeSvc": "true: the serve Service selects only worker pods with a "
+                                  "healthy Serve proxy (ray.io/node-type=worker), as KubeRay "
+                                  "does; refused when the cluster has no worker group",
     "managedBy": f"absent or {KUBERAY_MANAGER} (gitray does that controller's job); other "
                  "managers are refused",
     "serviceUnhealthySecondThreshold": _DEPRECATED,
@@ -74,11 +76,12 @@ def _refusals(spec: Mapping[str, Any]) -> Iterator[tuple[JsonPath, str]]:
         if name in spec:
             yield ("spec", name), f"spec.{name} is not supported: {REFUSED[name]}"
     yield from _upgrade_strategy(spec.get("upgradeStrategy"))
-    if spec.get("excludeHeadPodFromServeSvc") is True:
+    config = spec.get("rayClusterConfig")
+    workers = config.get("workerGroupSpecs") if isinstance(config, Mapping) else None
+    if spec.get("excludeHeadPodFromServeSvc") is True and not workers:
         yield (("spec", "excludeHeadPodFromServeSvc"),
-               "spec.excludeHeadPodFromServeSvc: true is not supported: gitray's serve Service "
-               "selects every pod whose Serve proxy is healthy, the head included; remove it "
-               "or set it to false")
+               "spec.excludeHeadPodFromServeSvc: true leaves the serve Service without any pod: "
+               "rayClusterConfig has no workerGroupSpecs; add a worker group or remove it")
     yield from _cluster_config(spec.get("rayClusterConfig"))
     manager = spec.get("managedBy")
     if manager is not None and manager != KUBERAY_MANAGER:

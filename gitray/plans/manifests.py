@@ -52,6 +52,7 @@ __all__ = [
     "job_manifest",
     "managed_labels",
     "object_manifest",
+    "serves_from_workers_only",
     "service_cluster_manifest",
     "service_manifest",
     "service_selector",
@@ -143,11 +144,19 @@ def head_ports(cluster_spec: Mapping[str, JSON]) -> dict[str, int]:
     return ports
 
 
-def service_selector(role: Role, cluster: str) -> dict[str, str]:
+def serves_from_workers_only(workload: Workload) -> bool:
+    """RayService ``excludeHeadPodFromServeSvc: true``: the serve Service skips the head."""
+    return workload.spec.get("excludeHeadPodFromServeSvc") is True
+
+
+def service_selector(role: Role, cluster: str, *, workers_only: bool = False) -> dict[str, str]:
     if role is Role.HEAD_SERVICE:
         return {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
     # Serve gating: only pods whose Serve proxy gitray found healthy carry this label.
-    return {"ray.io/cluster": cluster, LABEL_SERVE: "true"}
+    selector = {"ray.io/cluster": cluster, LABEL_SERVE: "true"}
+    if workers_only:  # as KubeRay keeps the head out of the serve Service
+        selector["ray.io/node-type"] = "worker"
+    return selector
 
 
 def service_manifest(
@@ -167,7 +176,8 @@ def service_manifest(
         "metadata": _metadata(_wave_only(workload), name, workload.key, instance, role, {}),
         "spec": {
             "type": "ClusterIP",
-            "selector": service_selector(role, cluster),
+            "selector": service_selector(role, cluster,
+                                         workers_only=serves_from_workers_only(workload)),
             "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
                       for n, p in wanted],
         },

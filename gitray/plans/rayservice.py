@@ -30,7 +30,12 @@ from gitray.model import (
     Workload,
 )
 from gitray.plans.diff import full_changes, subset_changes
-from gitray.plans.manifests import service_cluster_manifest, service_manifest, service_selector
+from gitray.plans.manifests import (
+    serves_from_workers_only,
+    service_cluster_manifest,
+    service_manifest,
+    service_selector,
+)
 from gitray.plans.names import (
     autoscaling_enabled,
     cluster_hash,
@@ -142,6 +147,8 @@ class _Ctx:
             (Role.SERVE_SERVICE, self.live.serve_service, serve_service_name(self.name)),
         ):
             label = "head" if role is Role.HEAD_SERVICE else "serve"
+            selector = service_selector(role, target,
+                                        workers_only=serves_from_workers_only(self.workload))
             if svc is None and not switch_only:
                 manifest = service_manifest(self.workload, role, target, self.config.instance)
                 self.steps.add(StepType.CREATE_SERVICE, svc_name,
@@ -151,8 +158,14 @@ class _Ctx:
                 self.steps.add(
                     StepType.SWITCH_SERVICE, svc_name,
                     {"role": label, "cluster": target, "from": _selected_cluster(svc),
-                     "selector": service_selector(role, target)},
+                     "selector": selector},
                     f"switch the {label} Service to {target}",
+                )
+            elif dict(svc.spec.get("selector") or {}) != selector:  # excludeHeadPodFromServeSvc
+                self.steps.add(
+                    StepType.SWITCH_SERVICE, svc_name,
+                    {"role": label, "cluster": target, "from": target, "selector": selector},
+                    f"the {label} Service's pods changed (excludeHeadPodFromServeSvc)",
                 )
 
     def deploy_and_wait(self, cluster: str, serve: Mapping[str, object], serve_hash: str,

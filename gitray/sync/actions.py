@@ -267,12 +267,15 @@ class Actions:
 
     # ---- Services -----------------------------------------------------------------------
 
-    def _gate_serve_pods(self, ns: str, cluster: str, report: Report) -> int:
-        """Label the cluster's pods whose Serve proxy is healthy; return how many are."""
+    def _gate_serve_pods(self, ns: str, cluster: str, report: Report,
+                         selector: Mapping[str, str] | None = None) -> int:
+        """Label the pods the serve Service will select (``selector`` but the Serve label: the
+        cluster's, or only its workers) whose Serve proxy is healthy; return how many are."""
         deadline = self._deadline(GATING_BUDGET_S)
+        pods_of = ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items())
+                           if k != LABEL_SERVE) or f"ray.io/cluster={cluster}"
         while True:
-            pods, _ = self.kube.list("v1", "Pod", namespace=ns,
-                                     label_selector=f"ray.io/cluster={cluster}")
+            pods, _ = self.kube.list("v1", "Pod", namespace=ns, label_selector=pods_of)
             healthy = 0
             for pod in pods:
                 meta = pod.get("metadata") or {}
@@ -289,8 +292,8 @@ class Actions:
             if healthy:
                 return healthy
             if self._left(deadline) <= 0:
-                raise TerminalError(f"no pod of {cluster} has a healthy Serve proxy "
-                                    f"after {GATING_BUDGET_S:.0f} s")
+                raise TerminalError(f"no pod of {cluster} ({pods_of}) has a healthy Serve "
+                                    f"proxy after {GATING_BUDGET_S:.0f} s")
             report("waiting for a healthy Serve proxy")
             self.clock.sleep(2.0)
 
@@ -307,14 +310,16 @@ class Actions:
     def _create_service(self, ns: str, step: Step, report: Report) -> str:
         manifest = step.params["manifest"]
         if step.params.get("role") == "serve":
-            self._gate_serve_pods(ns, str(step.params["cluster"]), report)
+            self._gate_serve_pods(ns, str(step.params["cluster"]), report,
+                                  manifest["spec"]["selector"])
         if self.kube.get_or_none("v1", "Service", ns, step.target) is not None:
             return self._point(ns, step.target, manifest["spec"]["selector"])
         return self._create(manifest)
 
     def _switch_service(self, ns: str, step: Step, report: Report) -> str:
         if step.params.get("role") == "serve":
-            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report)
+            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report,
+                                      step.params["selector"])
             report(f"{n} pod(s) with a healthy Serve proxy")
         return self._point(ns, step.target, step.params["selector"])
 

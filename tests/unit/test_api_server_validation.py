@@ -200,9 +200,10 @@ REFUSAL_CASES = {
         """,
         "m.yaml:20:5: spec.upgradeStrategy.clusterUpgradeOptions only applies to "
         "NewClusterWithIncrementalUpgrade"),
-    "excluding the head pod from the serve Service": (
+    "excluding the head pod from a serve Service of a cluster without workers": (
         "excludeHeadPodFromServeSvc: true\n",
-        "m.yaml:19:3: spec.excludeHeadPodFromServeSvc: true is not supported"),
+        "m.yaml:19:3: spec.excludeHeadPodFromServeSvc: true leaves the serve Service without "
+        "any pod"),
     "a custom serve Service": (
         """\
         serveService:
