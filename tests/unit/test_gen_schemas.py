@@ -79,6 +79,11 @@ GEN = load_script()
             id="an embedded resource accepts apiVersion kind metadata",
         ),
         pytest.param(
+            {"type": "integer", "default": 2147483647, "format": "int32"},
+            {"type": "integer", "default": 2147483647, "format": "int32"},
+            id="defaults are kept for structural defaulting",
+        ),
+        pytest.param(
             {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]},
             {"type": "string"},
             id="CEL rules are dropped",
