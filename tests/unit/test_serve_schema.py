@@ -3,6 +3,7 @@ warnings for keys it would silently drop; every finding at its line inside the b
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import importlib.util
 import json
@@ -188,3 +189,15 @@ def test_the_committed_serve_schema_is_generated_from_the_pinned_ray() -> None:
     schema = json.loads(committed)
     assert schema["x-ray-version"] == "2.60.0"
     assert "DeploymentSchema" in schema["$defs"]
+
+
+def test_gitray_never_imports_ray() -> None:
+    # Ray Serve's schema is generated at development time; gitray runs without ray installed.
+    found = []
+    for path in sorted((ROOT / "gitray").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {n}" for n in names if n == "ray" or n.startswith("ray.")]
+    assert len(list((ROOT / "gitray").rglob("*.py"))) > 20
+    assert found == []
