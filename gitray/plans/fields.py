@@ -47,13 +47,13 @@ HANDLED: Mapping[str, str] = {
                                   "does; refused when the cluster has no worker group",
     "managedBy": f"absent or {KUBERAY_MANAGER} (gitray does that controller's job); other "
                  "managers are refused",
+    "serveService": "the serve Service follows the template (name, labels, annotations, type, "
+                    "ports, ...) and gitray owns its selector (gitray.plans.serveservice)",
     "serviceUnhealthySecondThreshold": _DEPRECATED,
     "deploymentUnhealthySecondThreshold": _DEPRECATED,
 }
 
 REFUSED: Mapping[str, str] = {
-    "serveService": "gitray creates <service>-serve-svc itself and does not follow a custom "
-                    "serve Service template yet; remove spec.serveService",
     # KubeRay v1.7; not in the pinned CRD (so also an unknown field), refused by name
     "suspend": "suspending a RayService (KubeRay v1.7) is not supported by gitray; remove "
                "spec.suspend, or remove the RayService from Git to delete its clusters",

@@ -44,6 +44,11 @@ from gitray.plans.names import (
     serve_service_name,
     service_cluster_name,
 )
+from gitray.plans.serveservice import (
+    serve_service_hash,
+    serve_service_template,
+    wanted_serve_service_name,
+)
 
 __all__ = [
     "DEFAULT_HEAD_PORTS",
@@ -164,6 +169,9 @@ def service_manifest(
 ) -> dict[str, Any]:
     """``<service>-head-svc`` or ``<service>-serve-svc`` pointing at ``cluster``."""
     ports = head_ports(workload.spec.get("rayClusterConfig") or {})
+    template = serve_service_template(workload.spec)
+    if role is Role.SERVE_SERVICE and template is not None:
+        return _templated_serve_service(workload, template, cluster, instance, ports["serve"])
     if role is Role.HEAD_SERVICE:
         name = head_service_name(workload.key.name)
         wanted = [(n, p) for n, p in sorted(ports.items())]
@@ -182,6 +190,25 @@ def service_manifest(
                       for n, p in wanted],
         },
     }
+
+
+def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cluster: str,
+                             instance: str, serve_port: int) -> dict[str, Any]:
+    """The serve Service following ``spec.serveService``; the selector is gitray's."""
+    source = copy.deepcopy(dict(template.get("metadata") or {}))
+    wave = _wave_only(workload).get("metadata", {}).get("annotations", {})
+    source["annotations"] = {**(source.get("annotations") or {}), **wave}
+    name = wanted_serve_service_name(workload.key.name, workload.spec)
+    meta = _metadata({"metadata": source}, name, workload.key, instance, Role.SERVE_SERVICE,
+                     {ANN_SPEC_HASH: serve_service_hash(workload.spec) or ""})
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec["selector"] = service_selector(Role.SERVE_SERVICE, cluster,
+                                        workers_only=serves_from_workers_only(workload))
+    spec.setdefault("type", "ClusterIP")
+    if not spec.get("ports"):
+        spec["ports"] = [{"name": "serve", "port": serve_port, "targetPort": serve_port,
+                          "protocol": "TCP"}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
 def job_manifest(workload: Workload, instance: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from gitray.model import Diagnostic, Kind, SourceLocation
 from gitray.plans.fields import refused_fields
 from gitray.plans.servecheck import import_path_problem, serve_problems
+from gitray.plans.serveservice import serve_service_problems
 from gitray.plans.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
@@ -42,7 +43,11 @@ def check_rules(kind: str, document: YamlDocument,
     spec = manifest.get("spec")
     if kind == Kind.RAY_SERVICE:
         spec = spec if isinstance(spec, dict) else {}
-        return _rayservice(document, spec, warnings) + refused_fields(document, spec)
+        meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+        name, namespace = str(meta.get("name") or ""), meta.get("namespace")
+        return (_rayservice(document, spec, warnings) + refused_fields(document, spec)
+                + serve_service_problems(document, name, namespace if isinstance(namespace, str)
+                                         else None, spec))
     if kind == "ConfigMap":
         return _configmap(document, manifest)
     return []

@@ -20,6 +20,7 @@ from gitray.errors import LeaseLostError, TerminalError, TransientError
 from gitray.model import (
     ANN_DELETE_AFTER,
     ANN_SERVE_CONFIG_HASH,
+    ANN_WORKLOAD_KEY,
     API_VERSION_RAY,
     LABEL_MANAGED_BY,
     LABEL_SERVE,
@@ -312,8 +313,20 @@ class Actions:
         if step.params.get("role") == "serve":
             self._gate_serve_pods(ns, str(step.params["cluster"]), report,
                                   manifest["spec"]["selector"])
-        if self.kube.get_or_none("v1", "Service", ns, step.target) is not None:
+        existing = self.kube.get_or_none("v1", "Service", ns, step.target)
+        if existing is not None:
+            meta = existing.get("metadata") or {}
+            owner = (meta.get("annotations") or {}).get(ANN_WORKLOAD_KEY)
+            mine = manifest["metadata"]["annotations"].get(ANN_WORKLOAD_KEY)
+            if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY or (
+                    owner is not None and owner != mine):  # e.g. a name from spec.serveService
+                raise TerminalError(f"Service {ns}/{step.target} exists and is not this "
+                                    f"workload's ({owner or 'not managed by gitray'}); choose "
+                                    "another name or remove that Service")
             return self._point(ns, step.target, manifest["spec"]["selector"])
+        if step.params.get("serverSideApply"):  # spec.serveService: later changes are applied
+            self.kube.apply(manifest)
+            return f"created Service {step.target}"
         return self._create(manifest)
 
     def _switch_service(self, ns: str, step: Step, report: Report) -> str:

@@ -204,14 +204,6 @@ REFUSAL_CASES = {
         "excludeHeadPodFromServeSvc: true\n",
         "m.yaml:19:3: spec.excludeHeadPodFromServeSvc: true leaves the serve Service without "
         "any pod"),
-    "a custom serve Service": (
-        """\
-        serveService:
-          metadata: {name: custom-serve}
-          spec:
-            ports: [{name: serve, port: 8000}]
-        """,
-        "m.yaml:19:3: spec.serveService is not supported: gitray creates <service>-serve-svc"),
     "a RayService managed by MultiKueue": (
         "managedBy: kueue.x-k8s.io/multikueue\n",
         "m.yaml:19:3: spec.managedBy 'kueue.x-k8s.io/multikueue' is not supported: gitray runs "

@@ -38,7 +38,6 @@ GENERATE_NAME = "metadata.generateName is not supported: GitOps needs a stable n
 REFUSED = {
     "ray-service.incremental-upgrade.yaml":
         "spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not supported",
-    "ray-service.custom-serve-service.yaml": "spec.serveService is not supported",
 }
 
 
