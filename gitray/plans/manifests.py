@@ -46,6 +46,7 @@ from gitray.plans.names import (
 )
 from gitray.plans.serveservice import (
     serve_service_hash,
+    serve_service_ports,
     serve_service_template,
     wanted_serve_service_name,
 )
@@ -171,7 +172,7 @@ def service_manifest(
     ports = head_ports(workload.spec.get("rayClusterConfig") or {})
     template = serve_service_template(workload.spec)
     if role is Role.SERVE_SERVICE and template is not None:
-        return _templated_serve_service(workload, template, cluster, instance, ports["serve"])
+        return _templated_serve_service(workload, template, cluster, instance, ports)
     if role is Role.HEAD_SERVICE:
         name = head_service_name(workload.key.name)
         wanted = [(n, p) for n, p in sorted(ports.items())]
@@ -193,7 +194,7 @@ def service_manifest(
 
 
 def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cluster: str,
-                             instance: str, serve_port: int) -> dict[str, Any]:
+                             instance: str, ports: Mapping[str, int]) -> dict[str, Any]:
     """The serve Service following ``spec.serveService``; the selector is gitray's."""
     source = copy.deepcopy(dict(template.get("metadata") or {}))
     wave = _wave_only(workload).get("metadata", {}).get("annotations", {})
@@ -205,9 +206,7 @@ def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cl
     spec["selector"] = service_selector(Role.SERVE_SERVICE, cluster,
                                         workers_only=serves_from_workers_only(workload))
     spec.setdefault("type", "ClusterIP")
-    if not spec.get("ports"):
-        spec["ports"] = [{"name": "serve", "port": serve_port, "targetPort": serve_port,
-                          "protocol": "TCP"}]
+    spec["ports"] = serve_service_ports(template, ports)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 

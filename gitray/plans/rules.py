@@ -18,7 +18,7 @@ from typing import Any
 from gitray.model import Diagnostic, Kind, SourceLocation
 from gitray.plans.fields import refused_fields
 from gitray.plans.servecheck import import_path_problem, serve_problems
-from gitray.plans.serveservice import serve_service_problems
+from gitray.plans.serveservice import serve_service_problems, serve_service_warnings
 from gitray.plans.yamlsafe import JsonPath, YamlDocument, format_path, parse_documents
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
@@ -45,6 +45,8 @@ def check_rules(kind: str, document: YamlDocument,
         spec = spec if isinstance(spec, dict) else {}
         meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
         name, namespace = str(meta.get("name") or ""), meta.get("namespace")
+        if warnings is not None:
+            warnings += serve_service_warnings(document, spec)
         return (_rayservice(document, spec, warnings) + refused_fields(document, spec)
                 + serve_service_problems(document, name, namespace if isinstance(namespace, str)
                                          else None, spec))

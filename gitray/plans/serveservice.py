@@ -1,13 +1,13 @@
 """A RayService's ``spec.serveService``: the user's template for the serve Service. Pure.
 
-As KubeRay does, the serve Service follows the template (name, labels, annotations, type,
-ports and the rest of its spec) while the selector is the controller's own: gitray points it at
-the active cluster's pods whose Serve proxy is healthy. Where gitray differs from KubeRay v1.6:
-
-- the template's ports are used as written (KubeRay keeps only ports named ``serve``/
-  ``serve-*``); without ports, the head's ``serve`` port, as without a template;
-- a selector, a namespace other than the RayService's, or a name that clashes with the head
-  Service is refused rather than silently replaced.
+As KubeRay does, the serve Service follows the template (name, labels, annotations, type and
+the rest of its spec) while the selector is the controller's own: gitray points it at the
+active cluster's pods whose Serve proxy is healthy. Its ports are, as KubeRay's, the head's
+serving ports (named ``serve`` or ``serve-*``; ``serve`` is 8000 unless the head names it),
+each replaced by the template's port of the same name; a template port with another name is
+not used, and gitray warns about it. Where gitray differs from KubeRay v1.6: a selector, a
+namespace other than the RayService's, or a name that clashes with the head Service is refused
+rather than silently replaced.
 
 A change to the template is applied in place (server-side apply, so the Service keeps its
 clusterIP); a new name creates the new Service and then deletes the old one.
@@ -15,6 +15,7 @@ clusterIP); a new name creates the new Service and then deletes the old one.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,8 +24,8 @@ from gitray.model import JSON, Diagnostic, stable_hash
 from gitray.plans.names import head_service_name, serve_service_name
 from gitray.plans.yamlsafe import JsonPath, YamlDocument
 
-__all__ = ["serve_service_hash", "serve_service_problems", "serve_service_template",
-           "wanted_serve_service_name"]
+__all__ = ["serve_service_hash", "serve_service_ports", "serve_service_problems",
+           "serve_service_template", "serve_service_warnings", "wanted_serve_service_name"]
 
 _TEMPLATE: JsonPath = ("spec", "serveService")
 _SERVICE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # DNS-1035 label, as for Services
@@ -46,6 +47,41 @@ def serve_service_hash(spec: Mapping[str, JSON]) -> str | None:
     """Identity of the template (None without one): a change is applied to the Service."""
     template = serve_service_template(spec)
     return None if template is None else stable_hash(template, 16)
+
+
+def _serving(name: str) -> bool:
+    return name == "serve" or name.startswith("serve-")
+
+
+def serve_service_ports(template: Mapping[str, Any],
+                        head_ports: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The head's serving ports, each replaced by the template's port of the same name."""
+    body = _mapping(template.get("spec"))
+    mine = {p.get("name"): p for p in body.get("ports") or [] if isinstance(p, Mapping)}
+    return [copy.deepcopy(dict(mine[name])) if name in mine else
+            {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+            for name, port in sorted(head_ports.items()) if _serving(name)]
+
+
+def serve_service_warnings(document: YamlDocument, spec: Mapping[str, JSON]) -> list[Diagnostic]:
+    """Template ports the serve Service will not have (KubeRay drops them too)."""
+    template = serve_service_template(spec)
+    if template is None:
+        return []
+    from gitray.plans.manifests import head_ports  # manifests builds on this module
+
+    serving = sorted(n for n in head_ports(_mapping(spec.get("rayClusterConfig")))
+                     if _serving(n))
+    found = []
+    for index, port in enumerate(_mapping(template.get("spec")).get("ports") or []):
+        name = port.get("name") if isinstance(port, Mapping) else None
+        if name not in serving:
+            found.append(Diagnostic(
+                document.locate((*_TEMPLATE, "spec", "ports", index)),
+                f"spec.serveService.spec.ports[{index}] ({name or 'unnamed'}) is not used: as "
+                f"with KubeRay, the serve Service has the head's serving ports "
+                f"({', '.join(serving)}); name it after one of them to change that port"))
+    return found
 
 
 def serve_service_problems(document: YamlDocument, service: str, namespace: str | None,

@@ -20,7 +20,7 @@ TEMPLATE: dict[str, Any] = {
     "metadata": {"name": "fruit", "labels": {"team": "ml"},
                  "annotations": {"lb.example/internal": "true"}},
     "spec": {"type": "LoadBalancer",
-             "ports": [{"name": "http", "port": 80, "targetPort": 8000}]},
+             "ports": [{"name": "serve", "port": 80, "targetPort": 8000}]},
 }
 
 
@@ -62,7 +62,7 @@ def test_a_first_rollout_creates_the_serve_service_from_the_template() -> None:
     assert meta["labels"]["gitray.io/role"] == "serve-service"
     assert meta["annotations"]["lb.example/internal"] == "true"
     assert spec["type"] == "LoadBalancer"
-    assert spec["ports"] == [{"name": "http", "port": 80, "targetPort": 8000}]
+    assert spec["ports"] == [{"name": "serve", "port": 80, "targetPort": 8000}]
     assert spec["selector"] == {"ray.io/cluster": CLUSTER, "gitray.io/serve": "true"}
 
 
@@ -182,3 +182,20 @@ def test_a_template_gitray_cannot_follow_is_refused(template: str, expected: str
     result = load_snapshot(Snapshot("worktree", "t", (RepoFile("svc.yaml", text.encode()),)))
     found = [str(d) for d in result.diagnostics]
     assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_a_template_port_that_is_not_a_serving_port_is_a_warning() -> None:
+    text = HEAD + textwrap.indent(
+        "spec:\n  type: LoadBalancer\n  ports:\n    - {name: web, port: 12345}\n", "    ")
+    result = load_snapshot(Snapshot("worktree", "t", (RepoFile("svc.yaml", text.encode()),)))
+    assert result.diagnostics == ()
+    assert [str(w) for w in result.warnings] == [
+        "svc.yaml:22:11: spec.serveService.spec.ports[0] (web) is not used: as with KubeRay, the "
+        "serve Service has the head's serving ports (serve); name it after one of them to "
+        "change that port"]
+    plan = compute_plan(result.workloads, LiveState(), CONFIG, revision="r", against="empty",
+                        now=NOW)
+    create = step(plan.workloads[0], T.CREATE_SERVICE, "svc-serve-svc")
+    assert create.params["manifest"]["spec"]["ports"] == [
+        {"name": "serve", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]
+    assert create.params["manifest"]["spec"]["type"] == "LoadBalancer"
