@@ -205,7 +205,8 @@ def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cl
     spec = copy.deepcopy(dict(template.get("spec") or {}))
     spec["selector"] = service_selector(Role.SERVE_SERVICE, cluster,
                                         workers_only=serves_from_workers_only(workload))
-    spec.setdefault("type", "ClusterIP")
+    head = (workload.spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
+    spec.setdefault("type", head.get("serviceType") or "ClusterIP")  # KubeRay's default too
     spec["ports"] = serve_service_ports(template, ports)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 

@@ -72,6 +72,13 @@ def test_without_ports_the_template_gets_the_serve_port() -> None:
     assert spec["ports"] == [{"name": "serve", "port": 8000, "targetPort": 8000,
                               "protocol": "TCP"}]
     assert spec["type"] == "ClusterIP"
+    head = {**PLAIN.spec["rayClusterConfig"]["headGroupSpec"], "serviceType": "NodePort"}
+    cluster = {**PLAIN.spec["rayClusterConfig"], "headGroupSpec": head}
+    w = templated(Workload(PLAIN.key, PLAIN.api_version, {**PLAIN.manifest, "spec": {
+        **PLAIN.spec, "rayClusterConfig": cluster}}, PLAIN.source), {"metadata": {}})
+    wp = plan_of(w, LiveState())
+    assert step(wp, T.CREATE_SERVICE, "svc-serve-svc").params["manifest"]["spec"]["type"] == \
+        "NodePort", "without a type, the head's serviceType (as KubeRay)"
 
 
 def test_an_applied_template_is_stable() -> None:
