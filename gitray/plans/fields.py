@@ -31,11 +31,12 @@ UPGRADE_INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 UPGRADE_NONE = "None"
 KUBERAY_MANAGER = "ray.io/kuberay-operator"  # the default: the RayService controller's job
 
-_DEPRECATED = "deprecated and unused by KubeRay since v1.1 (kuberay#1685); accepted and ignored"
+_DEPRECATED = "deprecated, KubeRay no longer uses it (kuberay#1685): accepted and ignored"
 
 HANDLED: Mapping[str, str] = {
     "rayClusterConfig": "the spec of the cluster <service>-<hash>; a change is a blue-green "
-                        "upgrade, a replica-only change is applied in place",
+                        "upgrade, a replica-only change is applied in place; suspend: true "
+                        "or another managedBy is refused (the cluster would never be ready)",
     "serveConfigV2": "checked against Ray Serve's schema, deployed to the pending or active "
                      "cluster's Serve",
     "rayClusterDeletionDelaySeconds": "how long an old cluster is kept after the switch "
