@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from gitray.core.model import LiveState, ObjectKey, SourceLocation, Workload
+from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.plans.load import load_snapshot
 from gitray.plans.plan import Action, StepType
 from gitray.plans.planner import compute_plan
-from tests.unit.builders import CONFIG, NOW, configmap, live, rayjob
+from tests.unit.builders import CONFIG, NOW, configmap, live, raycronjob, rayjob
 
 CRONJOB = """\
 apiVersion: ray.io/v1
@@ -58,32 +58,24 @@ def test_a_bad_raycronjob_is_reported_at_its_line(old: str, new: str, expected: 
     assert expected in load(CRONJOB.replace(old, new))
 
 
-def cronjob(schedule: str = "0 3 * * *", name: str = "nightly") -> Workload:
-    spec: dict[str, Any] = {"schedule": schedule,
-                            "jobTemplate": {"entrypoint": "python /code/job.py"}}
-    manifest = {"apiVersion": "ray.io/v1", "kind": "RayCronJob",
-                "metadata": {"name": name, "namespace": "ray"}, "spec": spec}
-    return Workload(ObjectKey("RayCronJob", "ray", name), "ray.io/v1", manifest,
-                    SourceLocation("ray/cron.yaml"))
-
-
 def plan_for(desired: tuple[Workload, ...], state: LiveState) -> dict[ObjectKey, Any]:
     plan = compute_plan(desired, state, CONFIG, revision="r", against="live", now=NOW)
     return {w.key: w for w in plan.workloads}
 
 
 @pytest.mark.parametrize(("situation", "desired", "state", "action", "steps"), [
-    ("a new RayCronJob is applied", (cronjob(),), LiveState(), Action.CREATE,
+    ("a new RayCronJob is applied", (raycronjob(),), LiveState(), Action.CREATE,
      [StepType.APPLY_OBJECT]),
-    ("an unchanged RayCronJob is left alone", (cronjob(),), live(cronjob()), Action.NOOP, []),
-    ("a new schedule updates it in place", (cronjob("*/5 * * * *"),), live(cronjob()),
-     Action.UPDATE, [StepType.APPLY_OBJECT]),
-    ("a RayCronJob removed from Git is pruned", (configmap(),), live(configmap(), cronjob()),
+    ("an unchanged RayCronJob is left alone", (raycronjob(),), live(raycronjob()), Action.NOOP,
+     []),
+    ("a new schedule updates it in place", (raycronjob(schedule="*/5 * * * *"),),
+     live(raycronjob()), Action.UPDATE, [StepType.APPLY_OBJECT]),
+    ("a RayCronJob removed from Git is pruned", (configmap(),), live(configmap(), raycronjob()),
      Action.DELETE, [StepType.DELETE_OBJECT]),
 ])
 def test_raycronjob_plans(situation: str, desired: tuple[Workload, ...], state: LiveState,
                           action: Action, steps: list[StepType]) -> None:
-    found = plan_for(desired, state)[cronjob().key]
+    found = plan_for(desired, state)[raycronjob().key]
     assert found.action is action
     assert [s.type for s in found.steps] == steps
     if steps:
@@ -96,10 +88,10 @@ def test_raycronjob_plans(situation: str, desired: tuple[Workload, ...], state: 
 
 
 def test_a_raycronjob_comes_after_the_jobs_and_is_pruned_before_them() -> None:
-    plan = compute_plan((cronjob(), rayjob(), configmap()), LiveState(), CONFIG, revision="r",
+    plan = compute_plan((raycronjob(), rayjob(), configmap()), LiveState(), CONFIG, revision="r",
                         against="live", now=NOW)
     assert [w.key.kind for w in plan.workloads] == ["ConfigMap", "RayJob", "RayCronJob"]
-    state = live(cronjob(), configmap(), rayjob())
+    state = live(raycronjob(), configmap(), rayjob())
     pruning = compute_plan((configmap(name="other"),), state, CONFIG, revision="r",
                            against="live", now=NOW)
     removed = [w.key.kind for w in pruning.workloads if w.action is Action.DELETE]
