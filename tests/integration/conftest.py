@@ -7,6 +7,11 @@
   tests.testenv.helpers. Reuses the environment in `$GITRAY_TESTENV_STATE` when set (never
   stops it); otherwise starts its own in a fresh state dir and stops it at session end.
 - `namespace` (function): name of a fresh namespace, deleted after the test.
+- `realnode` (module): an environment of its own **with the real node** (kubelet, containerd,
+  kube-proxy, CoreDNS; pods get 198.18.0.x IPs, Services 198.19.0.x; KubeRay with
+  `--use-kubernetes-proxy`); `realnode.real_node` has its facts. Reuses
+  `$GITRAY_TESTENV_NODE_STATE` when set. One real node per machine: it waits (bounded) for
+  another one to go. `node_namespace` (function): a fresh namespace in it.
 
 Every test in tests/integration/ is marked `integration`. A missing or broken environment FAILS
 the tests (never skips), with or without CI=true.
@@ -39,6 +44,33 @@ def testenv() -> Iterator[TestEnv]:
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def realnode() -> Iterator[TestEnv]:
+    try:
+        with environment(os.environ.get("GITRAY_TESTENV_NODE_STATE"),
+                         prefix="gitray-testenv-node-", real_node=True, node_wait=600) as (env, _):
+            if not env.real_node:
+                pytest.fail("GITRAY_TESTENV_NODE_STATE names an environment without a real node")
+            yield env
+    except EnvUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
+def node_namespace(realnode: TestEnv) -> Iterator[str]:
+    from kubernetes import client
+
+    name = f"n-{uuid.uuid4().hex[:8]}"
+    realnode.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        realnode.core.delete_namespace(name)
+        # real pods take real memory: don't let them pile up across tests
+        wait_for(lambda: not realnode.core.list_namespaced_pod(name).items, timeout=120,
+                 what=f"pods of namespace {name} gone")
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_down_leaves_no_process_and_no_port(testenv: TestEnv) -> None:
     """A dedicated environment (own state dir), with a Ray head, brought up and down by the CLI."""
     state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-updown-"))
-    up = _testenv_cli("up", "--state-dir", str(state_dir))
+    up = _testenv_cli("up", "--no-node", "--state-dir", str(state_dir))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"KUBECONFIG={state_dir / 'kubeconfig'}" in up.stdout

@@ -6,7 +6,9 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
 
     <root>/probe-<hash>.json   which candidate versions the proxy actually serves
     <root>/<key>/bin/          etcd kube-apiserver kube-controller-manager kube-scheduler
-                               kubectl kwok kuberay-operator
+                               kubectl kwok kuberay-operator, and for the real node:
+                               kubelet kube-proxy coredns pause
+    <root>/images/             the node's Ray and pause images (docker archives; images.py)
     <root>/<key>/crds/         KubeRay CRDs (from the ray-operator module)
     <root>/<key>/kwok-stages/  kwok stage files (from the kwok module)
     <root>/<key>/versions.json versions used, Go version, build times
@@ -38,10 +40,19 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
         "github.com/ray-project/kuberay/ray-operator",
         ["v1.7.0", "v1.6.2", "v1.6.1", "v1.6.0", "v1.5.1", "v1.5.0"],
     ),
+    # Cluster DNS of the real node (KubeRay's head Service is headless; workers find the head
+    # by name). Not part of the cache key: its binary is simply built when missing.
+    "coredns": ("github.com/coredns/coredns", ["v1.14.7"]),
 }
 
-K8S_COMMANDS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"]
-BINARIES = ["etcd", *K8S_COMMANDS, "kwok", "kuberay-operator"]
+# The real node's runtime comes from Debian's packages (installed by `build` when missing).
+DEBIAN_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "debootstrap",
+                   "nftables", "iptables"]
+
+K8S_COMMANDS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+                "kubelet", "kube-proxy"]
+BINARIES = ["etcd", *K8S_COMMANDS, "kwok", "kuberay-operator", "coredns", "pause"]
+GOSRC = Path(__file__).resolve().parent / "gosrc"
 CRD_NAMES = ["ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml", "ray.io_rayservices.yaml"]
 KWOK_STAGES = [
     "kustomize/stage/node/fast/node-initialize.yaml",
@@ -98,8 +109,12 @@ class Layout:
         return self.bin / name
 
     def complete(self) -> bool:
+        from tests.testenv import images
+
         return (
             all(self.binary(b).is_file() for b in BINARIES)
+            and images.ray_image_path(self.root).is_file()
+            and images.pause_image_path(self.root).is_file()
             and all((self.crds / c).is_file() for c in CRD_NAMES)
             and all((self.stages / Path(s).name).is_file() for s in KWOK_STAGES)
         )
@@ -317,6 +332,64 @@ def _build_kuberay(lay: Layout, run: _Runner) -> None:
                      ldflags="-s -w")
 
 
+def _build_coredns(lay: Layout, run: _Runner) -> None:
+    """CoreDNS with only the plugins the node uses (tests/testenv/gosrc/coredns/main.go)."""
+    module, version = CANDIDATES["coredns"][0], lay.versions["coredns"]
+    src = lay.dir / "src" / "coredns"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text("module local/corednsbuild\n\ngo 1.26.0\n")
+    shutil.copyfile(GOSRC / "coredns" / "main.go", src / "main.go")
+    run.run(["go", "get", f"{module}@{version}"], cwd=src)
+    run.run(["go", "mod", "tidy", "-e"], cwd=src)
+    tmp = lay.dir / "tmp-bin-coredns"
+    ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-{version}"
+    run.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "."], cwd=src)
+    os.replace(tmp, lay.binary("coredns"))
+
+
+def _build_pause(lay: Layout, run: _Runner) -> None:
+    src = lay.dir / "src" / "pause"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text("module local/pause\n\ngo 1.26.0\n")
+    shutil.copyfile(GOSRC / "pause" / "main.go", src / "main.go")
+    tmp = lay.dir / "tmp-bin-pause"
+    run.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "."], cwd=src)
+    os.replace(tmp, lay.binary("pause"))
+
+
+def debian_missing() -> list[str]:
+    missing = []
+    for pkg in DEBIAN_PACKAGES:
+        proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True,
+                              text=True, check=False)
+        if "install ok installed" not in proc.stdout:
+            missing.append(pkg)
+    return missing
+
+
+def ensure_debian_packages(log: Path) -> None:
+    """`apt-get install` the node's runtime packages when any is missing (quiet, idempotent)."""
+    missing = debian_missing()
+    if not missing:
+        print(f"Debian packages ({', '.join(DEBIAN_PACKAGES)}): installed", flush=True)
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise BuildError(f"Debian packages missing: {missing} (need root and apt-get: "
+                         f"apt-get install {' '.join(missing)})")
+    t0 = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    with log.open("a") as fh:
+        for args in (["apt-get", "update", "-qq"],
+                     ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+            fh.write(f"\n$ {' '.join(args)}\n")
+            fh.flush()
+            proc = subprocess.run(args, stdout=fh, stderr=fh, env=env, check=False)
+            if proc.returncode != 0:
+                raise BuildError(f"{' '.join(args)} failed ({proc.returncode}); see {log}")
+    print(f"Debian packages {missing}: installed in {time.monotonic() - t0:.0f}s", flush=True)
+
+
 def _extract_files(lay: Layout) -> None:
     kuberay = module_dir(CANDIDATES["kuberay"][0], lay.versions["kuberay"], lay.root)
     lay.crds.mkdir(parents=True, exist_ok=True)
@@ -326,6 +399,12 @@ def _extract_files(lay: Layout) -> None:
     lay.stages.mkdir(parents=True, exist_ok=True)
     for stage in KWOK_STAGES:
         shutil.copyfile(kwok / stage, lay.stages / Path(stage).name)
+
+
+def _debian_versions() -> dict[str, str]:
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\n", *DEBIAN_PACKAGES],
+                          capture_output=True, text=True, check=False)
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
 def _go_version() -> str:
@@ -349,6 +428,7 @@ def build(root: Path | None = None) -> Layout:
     lay = layout(root)
     lay.bin.mkdir(parents=True, exist_ok=True)
     run = _Runner(lay.log)
+    ensure_debian_packages(lay.log)
     recorded: dict[str, object] = {}
     if lay.versions_file.is_file():
         recorded = json.loads(lay.versions_file.read_text())
@@ -358,6 +438,7 @@ def build(root: Path | None = None) -> Layout:
         ("kwok", ["kwok"], _build_kwok),
         ("kuberay", ["kuberay-operator"], _build_kuberay),
         ("kubernetes", K8S_COMMANDS, _build_kubernetes),
+        ("coredns", ["coredns"], _build_coredns),
     ]
     for name, outputs, step in steps:
         module = CANDIDATES[name][0]
@@ -380,6 +461,30 @@ def build(root: Path | None = None) -> Layout:
         print(f"KubeRay CRDs + kwok stages: extracted in {time.monotonic() - t0:.0f}s")
     else:
         print("KubeRay CRDs + kwok stages: cached")
+    from tests.testenv import images
+
+    if not lay.binary("pause").is_file():
+        t0 = time.monotonic()
+        _build_pause(lay, run)
+        print(f"pause (tests/testenv/gosrc/pause): built in {time.monotonic() - t0:.0f}s")
+    if images.pause_image_path(lay.root).is_file():
+        print(f"pause image {images.PAUSE_TAG}: cached")
+    else:
+        images.build_pause_image(lay.root, lay.binary("pause"))
+        print(f"pause image {images.PAUSE_TAG}: built")
+    ray_tags = ", ".join(images.RAY_TAGS)
+    if images.ray_image_path(lay.root).is_file():
+        print(f"Ray image {ray_tags}: cached")
+    else:
+        print(f"Ray image {ray_tags}: building (log: {images.ray_work_dir(lay.root)}"
+              "/build.log) ...", flush=True)
+        t0 = time.monotonic()
+        try:
+            images.build_ray_image(lay.root, say=lambda m: print(m, flush=True))
+        except images.ImageError as exc:
+            raise BuildError(str(exc)) from None
+        timings["ray-image"] = round(time.monotonic() - t0, 1)
+        print(f"Ray image: built in {timings['ray-image']:.0f}s", flush=True)
     versions = {
         "modules": {
             n: {"module": CANDIDATES[n][0], "version": lay.versions[n]} for n in CANDIDATES
@@ -387,6 +492,7 @@ def build(root: Path | None = None) -> Layout:
         "go": recorded.get("go") or _go_version(),
         "build_seconds": timings,
         "binaries": sorted(BINARIES),
+        "debian": _debian_versions(),
     }
     lay.versions_file.write_text(json.dumps(versions, indent=2) + "\n")
     if not lay.complete():

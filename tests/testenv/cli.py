@@ -24,13 +24,20 @@ def main(argv: list[str]) -> int:
         p = sub.add_parser(name, help=text)
         p.add_argument("--state-dir", type=Path, default=None,
                        help="default: $GITRAY_TESTENV_STATE or /tmp/gitray-testenv-<uid>")
+        if name == "up":
+            p.add_argument("--no-node", action="store_true",
+                           help="no real node: kwok's fake nodes and the Ray pod runner only "
+                                "(needs no root; several can run at once)")
+            p.add_argument("--node-wait", type=float, default=0.0, metavar="SECONDS",
+                           help="wait this long for another environment's real node to go")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
             return build.main()
         if args.cmd == "up":
             t0 = time.monotonic()
-            state = control.up(args.state_dir, say=lambda m: print(m, flush=True))
+            state = control.up(args.state_dir, say=lambda m: print(m, flush=True),
+                               real_node=not args.no_node, node_wait=args.node_wait)
             print(f"testenv up in {time.monotonic() - t0:.1f}s (state: {state.dir})")
             print(f"KUBECONFIG={state.kubeconfig}")
             return 0

@@ -14,6 +14,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.testenv import build, procs
+from tests.testenv import build, images, node, procs
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_NAMES = ["kwok-node-0", "kwok-node-1"]
@@ -51,6 +52,9 @@ class State:
     started_at: float = 0.0
     ready_seconds: float = 0.0
     pod_net: int = 0  # pods get IPs in 127.<pod_net>.0.0/16 (claimed machine-wide)
+    # The real node (node.py), when started: {"name", "ip", "pod_subnet", "service_cidr",
+    # "dns_ip", "before": path of the machine snapshot taken before anything changed}
+    node: dict[str, str] = field(default_factory=dict)
 
     @property
     def pod_network(self) -> str:
@@ -210,21 +214,30 @@ def kubectl(state: State, *args: str, check: bool = True, stdin: str | None = No
 
 def _node_manifest(state: State) -> str:
     items = []
+    # With a real node, kwok's nodes take only pods that tolerate KWOK_TAINT (scale tests);
+    # everything else (the examples' manifests unchanged) lands on the real node.
+    taints = ([{"key": node.KWOK_TAINT, "value": "true", "effect": "NoSchedule"}]
+              if state.node else [])
     for name, cidr in state.node_cidrs().items():
         items.append({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
                          "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                    node.NODE_LABEL: "kwok",
                                     "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
-            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr], "taints": taints},
             "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
                        "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
         })
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
-def up(state_dir: Path | None = None, say: Callable[[str], None] = print) -> State:
-    """Start everything (or reuse a running environment in `state_dir`); returns its State."""
+def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
+       real_node: bool = False, node_wait: float = 0.0) -> State:
+    """Start everything (or reuse a running environment in `state_dir`); returns its State.
+
+    With `real_node`, also the real node (node.py): root only, one per machine (waits up to
+    `node_wait` s for the machine-wide lock, then fails naming the holder)."""
     state_dir = state_dir or default_state_dir()
     existing = State.load(state_dir)
     if existing is not None:
@@ -239,18 +252,46 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print) -> Sta
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     t0 = time.monotonic()
+    if real_node:  # before anything is written: a refused `up` leaves nothing behind
+        try:
+            node.acquire_lock(state_dir, wait=node_wait)
+        except node.NodeError as exc:
+            raise EnvError(str(exc)) from None
     state_dir.mkdir(parents=True, exist_ok=True)
     state = State(dir=state_dir, cache=str(lay.dir), started_at=time.time())
     state.save()
     try:
+        if real_node:
+            _network_up(state, say)
         _up(state, lay, say)
     except BaseException:
         say("start-up failed: stopping what was started")
         down(state_dir, say=lambda _m: None, keep_logs=True)
+        if real_node:
+            node.release_lock(state_dir)
         raise
     state.ready_seconds = round(time.monotonic() - t0, 1)
     state.save()
     return state
+
+
+def _network_up(state: State, say: Callable[[str], None]) -> None:
+    """Snapshot the machine, then: unreachable route, guard table, bridge, Service route."""
+    t = time.monotonic()
+    node_dir = state.dir / "node"
+    node_dir.mkdir(parents=True, exist_ok=True)
+    before = node.snapshot()
+    (node_dir / "before.json").write_text(json.dumps(before, indent=1) + "\n")
+    state.node = {"name": node.NODE_NAME, "ip": node.NODE_IP, "pod_subnet": node.POD_SUBNET,
+                  "service_cidr": node.SERVICE_CIDR, "dns_ip": node.DNS_IP,
+                  "bridge": node.BRIDGE, "before": str(node_dir / "before.json")}
+    state.save()
+    try:
+        node.network_up(node_dir, before)
+    except node.NodeError as exc:
+        raise EnvError(str(exc)) from None
+    say(f"network (unreachable {node.GUARD_RANGE}, nft {node.GUARD_TABLE}, {node.BRIDGE} "
+        f"{node.NODE_IP}/24, route {node.SERVICE_CIDR}): ready [{time.monotonic() - t:.1f}s]")
 
 
 def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
@@ -304,7 +345,10 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--service-cluster-ip-range={node.SERVICE_CIDR if state.node else SERVICE_CIDR}",
+        *([f"--kubelet-client-certificate={pki / 'admin.crt'}",
+           f"--kubelet-client-key={pki / 'admin.key'}",
+           "--kubelet-preferred-address-types=InternalIP"] if state.node else []),
         "--authorization-mode=RBAC", "--allow-privileged=true",
         "--disable-admission-plugins=ServiceAccount",
         "--endpoint-reconciler-type=none", "--profiling=false", "-v=1",
@@ -354,7 +398,11 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
     kwok_port = procs.free_port()
     stages = [f"--config={p}" for p in sorted(lay.stages.glob("*.yaml"))]
     pid, log = starter.start("kwok", [
-        str(bin_ / "kwok"), f"--kubeconfig={kconf}", *stages, "--manage-all-nodes=true",
+        str(bin_ / "kwok"), f"--kubeconfig={kconf}", *stages,
+        # only its own fake nodes, never the real one
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        # keep its nodes' leases (else the node-lifecycle controller marks them NotReady)
+        "--node-lease-duration-seconds=40",
         "--node-ip=127.0.0.1", f"--cidr=127.{state.pod_net}.255.0/24",
         f"--server-address=127.0.0.1:{kwok_port}",
     ], [kwok_port])
@@ -364,10 +412,16 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
     ).returncode == 0, 90, pid, log)
     done()
 
+    if state.node:
+        _node_up(state, lay, starter, step)
+
     done = step("kuberay-operator")
     probe_port = procs.free_port()
+    # With a real node, KubeRay's own RayService/RayJob controllers reach dashboards through
+    # the API server's service proxy (the operator runs on the host, without cluster DNS).
+    proxy = ["--use-kubernetes-proxy"] if state.node else []
     pid, log = starter.start("kuberay-operator", [
-        str(bin_ / "kuberay-operator"), "--metrics-addr=0",
+        str(bin_ / "kuberay-operator"), "--metrics-addr=0", *proxy,
         f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         "--enable-leader-election=false", "--log-stdout-encoder=console",
     ], [probe_port], env={**os.environ, "KUBECONFIG": kconf})
@@ -389,6 +443,144 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
     done()
 
 
+def _node_up(state: State, lay: build.Layout, starter: _Starter,
+             step: Callable[[str], Callable[[], None]]) -> None:
+    """containerd (+ images), kubelet, kube-proxy, cluster DNS: the real node."""
+    d, bin_, kconf = state.dir / "node", lay.bin, state.kubeconfig
+    pki = state.dir / "pki"
+
+    done = step("containerd")
+    (d / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
+    (d / "cni" / "net.d" / "10-gitray-testenv.conflist").write_text(node.cni_config(d))
+    (d / "containerd").mkdir(parents=True, exist_ok=True)
+    (d / "containerd" / "config.toml").write_text(
+        node.containerd_config(d, images.PAUSE_TAG))
+    sock = d / "containerd" / "containerd.sock"
+    pid, log = starter.start("containerd", [
+        shutil.which("containerd") or "/usr/bin/containerd",
+        "--config", str(d / "containerd" / "config.toml"), "--log-level", "warn",
+    ], [])
+    _wait("containerd", lambda: sock.exists() and node.ctr(
+        d, "version", check=False, timeout=10).returncode == 0, 60, pid, log)
+    done()
+
+    done = step("pause image imported")
+    node.ctr(d, "images", "import", str(images.pause_image_path(lay.root)), timeout=120)
+    done()
+    # The Ray image (~700 MB) is imported while the kubelet, kube-proxy and CoreDNS start.
+    ray_import: dict[str, object] = {}
+
+    def import_ray() -> None:
+        t = time.monotonic()
+        try:
+            node.ctr(d, "images", "import", str(images.ray_image_path(lay.root)), timeout=600)
+        except BaseException as exc:  # reported by the join below
+            ray_import["error"] = exc
+        ray_import["seconds"] = time.monotonic() - t
+    importer = threading.Thread(target=import_ray, daemon=True, name="ray-image-import")
+    importer.start()
+
+    done = step("kubelet")
+    healthz = procs.free_port()
+    (d / "kubelet").mkdir(parents=True, exist_ok=True)
+    (d / "kubelet" / "config.json").write_text(node.kubelet_config(d, pki, healthz))
+    pid, log = starter.start("kubelet", [
+        str(bin_ / "kubelet"), f"--config={d / 'kubelet' / 'config.json'}",
+        f"--kubeconfig={kconf}", f"--root-dir={d / 'kubelet' / 'root'}",
+        f"--cert-dir={d / 'kubelet' / 'pki'}", f"--node-ip={node.NODE_IP}",
+        f"--hostname-override={node.NODE_NAME}",
+        f"--node-labels={node.NODE_LABEL}=real", "-v=1",
+    ], [healthz])
+    _wait("kubelet healthz", lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz"), 60,
+          pid, log)
+    _wait("real node Ready", lambda: kubectl(
+        state, "wait", "--for=condition=Ready", "--timeout=5s", f"node/{node.NODE_NAME}",
+        check=False).returncode == 0, 120, pid, log)
+    done()
+
+    done = step("kube-proxy (nftables)")
+    kp_health, kp_metrics = procs.free_port(), procs.free_port()
+    (d / "kube-proxy.json").write_text(node.kube_proxy_config(kconf, kp_health, kp_metrics))
+    pid, log = starter.start("kube-proxy", [
+        str(bin_ / "kube-proxy"), f"--config={d / 'kube-proxy.json'}", "-v=1",
+    ], [kp_health, kp_metrics])
+    _wait("kube-proxy", lambda: _http_ok(f"http://127.0.0.1:{kp_health}/healthz"), 60, pid,
+          log)
+    done()
+
+    done = step("cluster DNS (CoreDNS)")
+    kubectl(state, "apply", "-f", "-", stdin=node.dns_objects())
+    ready = procs.free_port()
+    (d / "Corefile").write_text(node.corefile(kconf, ready))
+    pid, log = starter.start("coredns", [
+        str(bin_ / "coredns"), "-conf", str(d / "Corefile"), "-dns.port", "53",
+    ], [ready])
+    _wait("coredns", lambda: _http_ok(f"http://127.0.0.1:{ready}/ready"), 60, pid, log)
+    done()
+
+    done = step(f"Ray image {', '.join(images.RAY_TAGS)} imported (in parallel)")
+    importer.join(600)
+    if importer.is_alive() or "error" in ray_import:
+        raise EnvError(f"importing the Ray image failed: {ray_import.get('error', 'timeout')}")
+    done()
+
+
+def _node_down(state: State, say: Callable[[str], None], grace: float) -> None:
+    """Pods off the real node, then kubelet, kube-proxy, CoreDNS, containers, containerd."""
+    d = state.dir / "node"
+    kubelet = state.components.get("kubelet")
+    if kubelet and procs.alive(int(kubelet["pid"]), kubelet.get("started")):  # type: ignore[call-overload]
+        # Let the kubelet stop its pods properly (volumes unmounted, CNI DEL), briefly.
+        kubectl(state, "delete", "pods", "--all-namespaces", "--grace-period=0", "--force",
+                "--wait=false", f"--field-selector=spec.nodeName={node.NODE_NAME}",
+                check=False, timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            tasks = node.ctr(d, "tasks", "ls", "-q", check=False, timeout=10).stdout.split()
+            if not tasks:
+                break
+            time.sleep(1)
+    for name in ("kubelet", "kube-proxy", "coredns"):
+        comp = state.components.get(name)
+        if comp:
+            procs.stop_session(int(comp["pid"]), comp.get("started"), grace=grace)  # type: ignore[call-overload,arg-type]
+            say(f"stopped {name} (pid {comp['pid']})")
+    containerd = state.components.get("containerd")
+    shims: list[int] = []
+    if containerd:
+        if procs.alive(int(containerd["pid"]), containerd.get("started")):  # type: ignore[call-overload]
+            node.stop_all_tasks(d)
+        shims = node.shim_pids(d)
+        procs.stop_session(int(containerd["pid"]), containerd.get("started"), grace=grace)  # type: ignore[call-overload,arg-type]
+        say(f"stopped containerd (pid {containerd['pid']})")
+    sock = str(d / "containerd" / "containerd.sock")
+    for pid in shims:  # the shims this containerd started (their pid files), if still there
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if sock in cmdline:
+            procs.stop_session(pid, procs.start_time(pid), grace=5)
+            say(f"stopped containerd shim (pid {pid})")
+
+
+def _machine_restore(state: State, say: Callable[[str], None]) -> None:
+    """Undo what the real node changed on the machine (before.json), then release the lock."""
+    before_file = Path(state.node.get("before", ""))
+    if before_file.is_file():
+        before = json.loads(before_file.read_text())
+        node.unmount_under(state.dir)
+        node.remove_new_netns(before)
+        node.network_down(before, say)
+        node.restore_sysctls(before, say)
+        node.remove_new_host_paths(before)
+        node.remove_new_cgroups(before)
+        diff = node.compare(before, node.snapshot())
+        for key, (was, now) in diff.items():
+            say(f"WARNING: {key} differs from before up:\n  before: {was}\n  now:    {now}")
+    node.release_lock(state.dir)
+
+
 def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
          keep_logs: bool = False, grace: float = 10.0) -> list[tuple[str, int]]:
     """Stop every recorded process (runner and its Ray heads first), check ports, clean up.
@@ -400,12 +592,26 @@ def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
     if state is None:
         say(f"no testenv state in {state_dir}")
         return []
-    order = ["raypods", "kuberay-operator", "kwok", "kube-scheduler",
+    if state.node:
+        for name in ("raypods", "kuberay-operator"):
+            comp = state.components.get(name)
+            if comp:
+                procs.stop_session(int(comp["pid"]), comp.get("started"),  # type: ignore[call-overload,arg-type]
+                                   grace=max(grace, 45.0) if name == "raypods" else grace)
+                say(f"stopped {name} (pid {comp['pid']})")
+        _stop_ray_heads(state_dir, grace)
+        _node_down(state, say, grace)
+    order = ["raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns", "containerd",
+             "kwok", "kube-scheduler",
              "kube-controller-manager", "kube-apiserver", "etcd"]
     names = [n for n in order if n in state.components]
     names += [n for n in state.components if n not in order]
+    stopped = {"raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns",
+               "containerd"} if state.node else set()
     for name in names:
         comp = state.components[name]
+        if name in stopped:
+            continue  # stopped above, with the real node
         wait = max(grace, 45.0) if name == "raypods" else grace  # it stops its heads first
         procs.stop_session(int(comp["pid"]), comp.get("started"), grace=wait)  # type: ignore[call-overload,arg-type]
         if name == "raypods":
@@ -416,10 +622,12 @@ def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
     leftovers = procs.leftover_listeners(state.ports(), networks=networks)
     if state.pod_net:
         procs.release("pod-net", state.pod_net)
+    if state.node:
+        _machine_restore(state, say)
     if leftovers:
         say(f"WARNING: listening sockets left: {leftovers}")
     if keep_logs:
-        for sub in ("etcd-data", "ray"):
+        for sub in ("etcd-data", "ray", "node/containerd", "node/kubelet/root", "node/cni"):
             shutil.rmtree(state_dir / sub, ignore_errors=True)
         state.file.rename(state_dir / "state.json.stopped")
     else:
@@ -450,6 +658,10 @@ def status(state_dir: Path | None = None) -> tuple[bool, str]:
         return False, f"testenv: not running (no state in {state_dir})"
     lines = [f"testenv state: {state_dir}", f"KUBECONFIG={state.kubeconfig}",
              f"apiserver: {state.apiserver}", f"pod network: {state.pod_network}"]
+    if state.node:
+        lines.append(f"real node: {state.node['name']} {state.node['ip']} (bridge "
+                     f"{state.node['bridge']}), pods {state.node['pod_subnet']}, Services "
+                     f"{state.node['service_cidr']}, cluster DNS {state.node['dns_ip']}")
     alive = state.alive()
     for name, comp in state.components.items():
         mark = "up" if alive[name] else "DOWN"
@@ -467,6 +679,9 @@ def env_lines(state_dir: Path | None = None) -> str:
     state = State.load(state_dir)
     if state is None:
         raise EnvError(f"testenv not running (no state in {state_dir}); run: scripts/testenv up")
+    # A real-node environment is reused by pytest's `realnode` fixture, not by `testenv` (whose
+    # kwok tests need kwok's nodes untainted).
+    var = "GITRAY_TESTENV_NODE_STATE" if state.node else "GITRAY_TESTENV_STATE"
     return (f"export KUBECONFIG={state.kubeconfig}\n"
-            f"export GITRAY_TESTENV_STATE={state_dir}\n"
+            f"export {var}={state_dir}\n"
             f"export PATH={Path(state.cache) / 'bin'}:$PATH")

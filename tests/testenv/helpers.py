@@ -24,7 +24,9 @@ from tests.testenv import control, procs
 
 T = TypeVar("T")
 
-RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok "runs" the pod, the runner runs Ray
+# Never pulled. On kwok's nodes the pod is not run (the Ray pod runner runs Ray on the host);
+# on the real node it is the locally built image of the same Ray version (tests/testenv/images.py)
+RAY_IMAGE = "rayproject/ray:2.60.0"
 
 
 class WaitTimeout(AssertionError):
@@ -72,9 +74,24 @@ def http_json(method: str, url: str, body: object | None = None,
         return status, text
 
 
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def get_text(url: str, timeout: float = 10.0) -> str:
+    """GET `url` (the environment's own addresses: never through a proxy); the body as text.
+    Raises on a non-2xx answer."""
+    with _NO_PROXY.open(url, timeout=timeout) as resp:
+        return str(resp.read().decode(errors="replace"))
+
+
 def raycluster_manifest(name: str, workers: int = 1, labels: dict[str, str] | None = None,
-                        ray_version: str = "2.60.0") -> dict[str, Any]:
-    """A small RayCluster: one head (named ports as KubeRay's samples) and one worker group."""
+                        ray_version: str = "2.60.0", real: bool = False) -> dict[str, Any]:
+    """A small RayCluster: one head (named ports as KubeRay's samples) and one worker group.
+
+    `real`: for the real node (real pods, real memory): one CPU per Ray node, a 100 MB object
+    store, short grace periods, no service links."""
+    if real:
+        return real_raycluster_manifest(name, workers, labels, ray_version)
     resources = {"limits": {"cpu": "1", "memory": "1Gi"},
                  "requests": {"cpu": "100m", "memory": "256Mi"}}
     head_ports = [
@@ -105,6 +122,44 @@ def raycluster_manifest(name: str, workers: int = 1, labels: dict[str, str] | No
     }
 
 
+def real_raycluster_spec(workers: int = 1, ray_version: str = "2.60.0",
+                         grace: int = 2) -> dict[str, Any]:
+    """`spec` of a small RayCluster for real pods (head ~660 MB, worker ~250 MB)."""
+    def pod(container: dict[str, Any]) -> dict[str, Any]:
+        return {"spec": {"terminationGracePeriodSeconds": grace, "enableServiceLinks": False,
+                         "automountServiceAccountToken": False, "containers": [container]}}
+    env = [{"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}]
+    small = {"num-cpus": "1", "object-store-memory": "100000000"}
+    head_ports = [{"containerPort": 6379, "name": "gcs-server"},
+                  {"containerPort": 8265, "name": "dashboard"},
+                  {"containerPort": 10001, "name": "client"},
+                  {"containerPort": 8000, "name": "serve"}]
+    return {
+        "rayVersion": ray_version,
+        "headGroupSpec": {
+            "rayStartParams": {**small, "dashboard-host": "0.0.0.0"},
+            "template": pod({"name": "ray-head", "image": RAY_IMAGE, "ports": head_ports,
+                             "env": env, "resources": {"requests": {"cpu": "100m",
+                                                                    "memory": "1Gi"},
+                                                       "limits": {"memory": "3Gi"}}}),
+        },
+        "workerGroupSpecs": [{
+            "groupName": "workers", "replicas": workers, "minReplicas": 0,
+            "maxReplicas": max(workers, 1), "rayStartParams": dict(small),
+            "template": pod({"name": "ray-worker", "image": RAY_IMAGE, "env": env,
+                             "resources": {"requests": {"cpu": "100m", "memory": "512Mi"},
+                                           "limits": {"memory": "3Gi"}}}),
+        }],
+    }
+
+
+def real_raycluster_manifest(name: str, workers: int = 1, labels: dict[str, str] | None = None,
+                             ray_version: str = "2.60.0") -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": real_raycluster_spec(workers, ray_version)}
+
+
 class TestEnv:
     """A running environment: kubeconfig, API clients and waiting helpers."""
 
@@ -125,6 +180,34 @@ class TestEnv:
         if state is None:
             raise control.EnvError(f"no running test environment in {state_dir}")
         return cls(state)
+
+    @property
+    def real_node(self) -> dict[str, str]:
+        """The real node's facts ({"name", "ip", "pod_subnet", "service_cidr", "dns_ip", ...}),
+        empty when this environment has none."""
+        return dict(self.state.node)
+
+    def wait_raycluster_ready(self, namespace: str, name: str,
+                              timeout: float = 300) -> dict[str, Any]:
+        """The RayCluster once KubeRay reports `status.state: ready` (all its pods Ready)."""
+        def ready() -> dict[str, Any] | None:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                "ray.io", "v1", namespace, "rayclusters", name)
+            return obj if (obj.get("status") or {}).get("state") == "ready" else None
+        return wait_for(ready, timeout, interval=1, what=f"RayCluster {namespace}/{name} ready")
+
+    def endpoint_addresses(self, namespace: str, service: str) -> list[str]:
+        """Ready endpoint addresses of a Service, from its EndpointSlices."""
+        from kubernetes import client
+
+        slices = client.DiscoveryV1Api(self.api_client).list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={service}").items
+        out = []
+        for sl in slices:
+            for ep in sl.endpoints or []:
+                if ep.conditions is None or ep.conditions.ready is not False:
+                    out += list(ep.addresses)
+        return sorted(out)
 
     @property
     def pod_network(self) -> str:
@@ -224,7 +307,8 @@ class EnvUnavailable(Exception):
 
 @contextlib.contextmanager
 def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
-                keep_logs: bool = True) -> Iterator[tuple[TestEnv, Path]]:
+                keep_logs: bool = True, real_node: bool = False,
+                node_wait: float = 0.0) -> Iterator[tuple[TestEnv, Path]]:
     """A running environment and its state dir: the one in ``reuse`` (never stopped here), or
     one started in a fresh temp dir and stopped on exit. Its dir (with every component's log,
     for a failed run's post-mortem) stays unless ``keep_logs`` is False.
@@ -255,7 +339,8 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
     started = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         try:
-            state = control.up(started, say=lambda _m: None)
+            state = control.up(started, say=lambda _m: None, real_node=real_node,
+                               node_wait=node_wait)
         except control.EnvError as exc:
             raise EnvUnavailable(f"could not start the test environment: {exc}") from None
         env = TestEnv(state)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -134,7 +135,9 @@ class Runner:
         wanted: dict[str, Any] = {}
         for pod in pods:
             if (pod.metadata.deletion_timestamp is None and pod.status is not None
-                    and pod.status.phase == "Running" and pod.status.pod_ip):
+                    and pod.status.phase == "Running" and pod.status.pod_ip
+                    and ipaddress.ip_address(pod.status.pod_ip).is_loopback):
+                # only kwok's pods (loopback IPs): pods of the real node run their own Ray
                 key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
                 wanted[key] = pod
         with self.lock:
