@@ -61,10 +61,12 @@ def _read(repo: str, revision: str | None) -> Snapshot:
     return read_snapshot(repo, revision)
 
 
-def _load(repo: str, revision: str | None,
-          overrides: dict[str, Any]) -> tuple[LoadResult, Snapshot]:
+def _load(repo: str, revision: str | None, overrides: dict[str, Any],
+          warn: bool = True) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision)
     result = load_snapshot(snapshot, overrides)
+    for warning in result.warnings if warn else ():
+        print(f"{warning.location}: warning: {warning.message}", file=sys.stderr)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return result, snapshot
@@ -139,7 +141,7 @@ def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, An
         finally:
             kube.close()
         return _Basis(live, "live", False, None)
-    base, base_snapshot = _load(args.repo, against, overrides)
+    base, base_snapshot = _load(args.repo, against, overrides, warn=False)
     return _Basis(materialize(base.workloads, base.config),
                   f"revision:{base_snapshot.revision}", True, None)
 

@@ -75,6 +75,7 @@ class Kind(StrEnum):
     RAY_CLUSTER = "RayCluster"
     RAY_JOB = "RayJob"
     RAY_SERVICE = "RayService"
+    RAY_CRON_JOB = "RayCronJob"  # KubeRay v1.6+: applied as written, KubeRay schedules runs
 
 
 class Role(StrEnum):

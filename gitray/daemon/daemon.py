@@ -315,6 +315,9 @@ class Daemon:
             first = str(e.diagnostics[0]) if e.diagnostics else ""
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
+        if trigger == "commit":  # once per revision, not on every drift or deletion pass
+            for warning in desired.result.warnings:
+                log.warning("%s: %s: warning: %s", sha[:7], warning.location, warning.message)
         plan, live = live_plan(self.kube, desired)
         self.state.update(next_deletion=earliest_deadline(live))
         progress = self.wiring.progress(desired.config)

@@ -18,6 +18,7 @@ from gitray.core.errors import LeaseLostError, TerminalError, TransientError
 from gitray.core.model import (
     ANN_DELETE_AFTER,
     ANN_SERVE_CONFIG_HASH,
+    ANN_WORKLOAD_KEY,
     API_VERSION_RAY,
     LABEL_MANAGED_BY,
     LABEL_SERVE,
@@ -276,11 +277,15 @@ class Actions:
 
     # ---- Services -----------------------------------------------------------------------
 
-    def _gate_serve_pods(self, ns: str, cluster: str, report: Report) -> int:
-        """Label the cluster's pods whose Serve proxy is healthy; return how many are."""
+    def _gate_serve_pods(self, ns: str, cluster: str, report: Report,
+                         selector: Mapping[str, str] | None = None) -> int:
+        """Label the pods the serve Service will select (``selector`` but the Serve label: the
+        cluster's, or only its workers) whose Serve proxy is healthy; return how many are."""
+        pods_of = ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items())
+                           if k != LABEL_SERVE) or f"ray.io/cluster={cluster}"
+
         def attempt() -> int | None:
-            pods, _ = self.kube.list("v1", "Pod", namespace=ns,
-                                     label_selector=f"ray.io/cluster={cluster}")
+            pods, _ = self.kube.list("v1", "Pod", namespace=ns, label_selector=pods_of)
             healthy = 0
             for pod in pods:
                 meta = pod.get("metadata") or {}
@@ -301,8 +306,9 @@ class Actions:
             self.clock.sleep(2.0)
 
         return poll(attempt, self._deadline(GATING_BUDGET_S), wait=wait,
-                    timeout=lambda: TerminalError(f"no pod of {cluster} has a healthy Serve "
-                                                  f"proxy after {GATING_BUDGET_S:.0f} s"))
+                    timeout=lambda: TerminalError(f"no pod of {cluster} ({pods_of}) has a "
+                                                  "healthy Serve proxy after "
+                                                  f"{GATING_BUDGET_S:.0f} s"))
 
     def _point(self, ns: str, name: str, selector: Mapping[str, str]) -> str:
         svc = self.kube.get("v1", "Service", ns, name)
@@ -317,14 +323,28 @@ class Actions:
     def _create_service(self, ns: str, step: Step, report: Report) -> str:
         manifest = step.params["manifest"]
         if step.params.get("role") == "serve":
-            self._gate_serve_pods(ns, str(step.params["cluster"]), report)
-        if self.kube.get_or_none("v1", "Service", ns, step.target) is not None:
+            self._gate_serve_pods(ns, str(step.params["cluster"]), report,
+                                  manifest["spec"]["selector"])
+        existing = self.kube.get_or_none("v1", "Service", ns, step.target)
+        if existing is not None:
+            meta = existing.get("metadata") or {}
+            owner = (meta.get("annotations") or {}).get(ANN_WORKLOAD_KEY)
+            mine = manifest["metadata"]["annotations"].get(ANN_WORKLOAD_KEY)
+            if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY or (
+                    owner is not None and owner != mine):  # e.g. a name from spec.serveService
+                raise TerminalError(f"Service {ns}/{step.target} exists and is not this "
+                                    f"workload's ({owner or 'not managed by gitray'}); choose "
+                                    "another name or remove that Service")
             return self._point(ns, step.target, manifest["spec"]["selector"])
+        if step.params.get("serverSideApply"):  # spec.serveService: later changes are applied
+            self.kube.apply(manifest)
+            return f"created Service {step.target}"
         return self._create(manifest)
 
     def _switch_service(self, ns: str, step: Step, report: Report) -> str:
         if step.params.get("role") == "serve":
-            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report)
+            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report,
+                                      step.params["selector"])
             report(f"{n} pod(s) with a healthy Serve proxy")
         return self._point(ns, step.target, step.params["selector"])
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gitray.core.config import Config
-from gitray.core.errors import ForbiddenError
+from gitray.core.errors import ForbiddenError, NotFoundError
 from gitray.core.model import (
     API_VERSION_RAY,
     LABEL_INSTANCE,
@@ -38,6 +38,8 @@ SUPPORTING_API_VERSIONS = {
     "NetworkPolicy": "networking.k8s.io/v1",
     "PodDisruptionBudget": "policy/v1",
 }
+# Ray kinds whose CRD only newer KubeRay releases install (RayCronJob: v1.6+).
+_OPTIONAL_KINDS = frozenset({Kind.RAY_CRON_JOB.value})
 
 
 def managed_selector(instance: str) -> str:
@@ -48,7 +50,7 @@ def managed_selector(instance: str) -> str:
 def live_kinds(config: Config, desired_api_versions: dict[str, str]) -> list[tuple[str, str]]:
     """(apiVersion, kind) pairs to list: Ray kinds, Services, and the supporting kinds."""
     kinds = [(API_VERSION_RAY, Kind.RAY_CLUSTER.value), (API_VERSION_RAY, Kind.RAY_JOB.value),
-             ("v1", "Service")]
+             ("v1", "Service"), (API_VERSION_RAY, Kind.RAY_CRON_JOB.value)]
     for kind in config.supporting_kinds:
         api = desired_api_versions.get(kind) or SUPPORTING_API_VERSIONS.get(kind, "v1")
         if (api, kind) not in kinds:
@@ -82,6 +84,11 @@ def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (
 
 def _list_scoped(kube: Kube, api_version: str, kind: str, selector: str,
                  namespaces: Iterable[str]) -> list[dict[str, Any]]:
+    if kind in _OPTIONAL_KINDS:
+        try:
+            kube.resource(api_version, kind)
+        except NotFoundError:
+            return []  # an older KubeRay without this CRD: nothing of that kind can exist
     try:
         items, _ = kube.list(api_version, kind, label_selector=selector)
         return items

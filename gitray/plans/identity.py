@@ -79,9 +79,9 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
     else:
         listed = ", ".join(config.supporting_kinds) or "none"
         message = (
-            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService or a "
-            f"supporting kind ({listed}); add it to supportingKinds in gitray.yaml or exclude "
-            "this file"
+            f"kind {kind} is not managed by gitray: expected RayCluster, RayJob, RayService, "
+            f"RayCronJob or a supporting kind ({listed}); add it to supportingKinds in "
+            "gitray.yaml or exclude this file"
         )
     diagnostics.append(Diagnostic(where, message))
     return None
@@ -97,21 +97,30 @@ def check_identity(
         diagnostics.append(Diagnostic(where, "missing metadata (a mapping with a name)"))
         return None
     before = len(diagnostics)
+    if "generateName" in meta and "name" not in meta:
+        diagnostics.append(_generate_name(document, meta["generateName"]))
+        return None
     name = _name(document, kind, meta, diagnostics)
     namespace = _namespace(document, meta, config, diagnostics)
     _string_map(document, meta, "labels", diagnostics)
     _string_map(document, meta, "annotations", diagnostics)
     wave = _wave(document, meta, diagnostics)
     if "generateName" in meta:
-        diagnostics.append(
-            Diagnostic(
-                document.locate(("metadata", "generateName")),
-                "metadata.generateName is not supported: gitray needs a fixed metadata.name",
-            )
-        )
+        diagnostics.append(_generate_name(document, meta["generateName"]))
     if len(diagnostics) > before or name is None or namespace is None:
         return None
     return namespace, name, wave
+
+
+def _generate_name(document: YamlDocument, prefix: object) -> Diagnostic:
+    """generateName makes a new object on every apply: GitOps cannot find it again."""
+    stem = str(prefix).rstrip("-") if isinstance(prefix, str) and prefix.strip("-") else ""
+    suggestion = stem or "<a fixed name>"
+    return Diagnostic(
+        document.locate(("metadata", "generateName")),
+        "metadata.generateName is not supported: GitOps needs a stable name to find the "
+        f"object again on the next sync; write 'metadata.name: {suggestion}' instead",
+    )
 
 
 def _name(

@@ -29,10 +29,12 @@ from gitray.core.snapshot import (
     is_manifest_name,
 )
 from gitray.parsing.config import config_diagnostics
+from gitray.parsing.defaults import with_defaults
 from gitray.parsing.globs import matches_any
-from gitray.parsing.jsonschemas import schema_errors
+from gitray.parsing.jsonschemas import load_schema, schema_errors
 from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
+from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.rules import (
     check_rules,
@@ -56,6 +58,7 @@ class LoadResult:
     config: Config
     workloads: tuple[Workload, ...]  # Ray workloads and supporting objects, sorted by key
     diagnostics: tuple[Diagnostic, ...]  # sorted; non-empty => the revision is invalid
+    warnings: tuple[Diagnostic, ...] = ()  # sorted; worth saying, never stop a revision
 
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
@@ -78,6 +81,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         return LoadResult(config, (), config_problems)
 
     diagnostics: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
     budget = NodeBudget(MAX_TOTAL_NODES)
     if memo is not None:
@@ -88,10 +92,12 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         found = _file(repo_file, config, budget, memo)
         workloads += found.workloads
         diagnostics += found.diagnostics
+        warnings += found.warnings
     _check_duplicates(workloads, diagnostics)
     if diagnostics:
-        return LoadResult(config, (), _capped(diagnostics))
-    return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), ())
+        return LoadResult(config, (), _capped(diagnostics), _capped(warnings))
+    return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
+                      _capped(warnings))
 
 
 def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic]) -> list[RepoFile]:
@@ -142,6 +148,7 @@ class _FileResult:
     workloads: tuple[Workload, ...]
     diagnostics: tuple[Diagnostic, ...]
     nodes: int  # YAML values read, charged to the revision's budget
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 class LoadMemo:
@@ -187,12 +194,14 @@ def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
             budget.left += known.nodes  # over the budget: parse it to say where
     before = budget.left
     diagnostics: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
     for document in _documents(repo_file, budget, diagnostics):
-        workload = _workload(document, config, diagnostics)
+        workload = _workload(document, config, diagnostics, warnings)
         if workload is not None:
             workloads.append(workload)
-    result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left)
+    result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left,
+                         tuple(warnings))
     if key is not None and memo is not None and budget.left >= 0:
         memo.put(key, result)
     return result
@@ -229,7 +238,8 @@ def _documents(
 
 
 def _workload(
-    document: YamlDocument, config: Config, diagnostics: list[Diagnostic]
+    document: YamlDocument, config: Config, diagnostics: list[Diagnostic],
+    warnings: list[Diagnostic],
 ) -> Workload | None:
     value = document.value
     if not isinstance(value, dict):
@@ -245,7 +255,7 @@ def _workload(
     if kind is None:
         return None
     identity = check_identity(document, kind, config, diagnostics)
-    problems = check_rules(kind, document)
+    problems = check_rules(kind, document, warnings)
     if kind in _RAY_KINDS:
         problems += _schema_problems(document, kind)
     diagnostics.extend(problems)
@@ -265,7 +275,11 @@ def _workload(
 
 def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
     problems = []
-    for path, message in schema_errors(f"{kind.lower()}.schema.json", document.value):
+    name = f"{kind.lower()}.schema.json"
+    errors = list(schema_errors(name, document.value))
+    if errors:  # judge it as the API server does: after the CRD's defaults (rarely needed)
+        errors = list(schema_errors(name, with_defaults(load_schema(name), document.value)))
+    for path, message in errors:
         if path[:1] in (("apiVersion",), ("kind",), ("metadata",)) or path == (
             "spec",
             "serveConfigV2",
@@ -275,6 +289,8 @@ def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
             continue
         if path == ("spec",) and "'rayClusterConfig' is a required" in message:
             continue  # gitray's rule says it better
+        if kind == Kind.RAY_SERVICE and refused_path(path):
+            continue  # refused by name (gitray.plans.fields)
         where = document.locate(path)
         problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
     return problems

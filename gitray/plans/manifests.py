@@ -44,6 +44,12 @@ from gitray.plans.names import (
     serve_service_name,
     service_cluster_name,
 )
+from gitray.plans.serveservice import (
+    serve_service_hash,
+    serve_service_ports,
+    serve_service_template,
+    wanted_serve_service_name,
+)
 
 __all__ = [
     "DEFAULT_HEAD_PORTS",
@@ -52,6 +58,7 @@ __all__ = [
     "job_manifest",
     "managed_labels",
     "object_manifest",
+    "serves_from_workers_only",
     "service_cluster_manifest",
     "service_manifest",
     "service_selector",
@@ -143,11 +150,19 @@ def head_ports(cluster_spec: Mapping[str, JSON]) -> dict[str, int]:
     return ports
 
 
-def service_selector(role: Role, cluster: str) -> dict[str, str]:
+def serves_from_workers_only(workload: Workload) -> bool:
+    """RayService ``excludeHeadPodFromServeSvc: true``: the serve Service skips the head."""
+    return workload.spec.get("excludeHeadPodFromServeSvc") is True
+
+
+def service_selector(role: Role, cluster: str, *, workers_only: bool = False) -> dict[str, str]:
     if role is Role.HEAD_SERVICE:
         return {"ray.io/cluster": cluster, "ray.io/node-type": "head"}
     # Serve gating: only pods whose Serve proxy gitray found healthy carry this label.
-    return {"ray.io/cluster": cluster, LABEL_SERVE: "true"}
+    selector = {"ray.io/cluster": cluster, LABEL_SERVE: "true"}
+    if workers_only:  # as KubeRay keeps the head out of the serve Service
+        selector["ray.io/node-type"] = "worker"
+    return selector
 
 
 def service_manifest(
@@ -155,6 +170,9 @@ def service_manifest(
 ) -> dict[str, Any]:
     """``<service>-head-svc`` or ``<service>-serve-svc`` pointing at ``cluster``."""
     ports = head_ports(workload.spec.get("rayClusterConfig") or {})
+    template = serve_service_template(workload.spec)
+    if role is Role.SERVE_SERVICE and template is not None:
+        return _templated_serve_service(workload, template, cluster, instance, ports)
     if role is Role.HEAD_SERVICE:
         name = head_service_name(workload.key.name)
         wanted = [(n, p) for n, p in sorted(ports.items())]
@@ -167,11 +185,30 @@ def service_manifest(
         "metadata": _metadata(_wave_only(workload), name, workload.key, instance, role, {}),
         "spec": {
             "type": "ClusterIP",
-            "selector": service_selector(role, cluster),
+            "selector": service_selector(role, cluster,
+                                         workers_only=serves_from_workers_only(workload)),
             "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
                       for n, p in wanted],
         },
     }
+
+
+def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cluster: str,
+                             instance: str, ports: Mapping[str, int]) -> dict[str, Any]:
+    """The serve Service following ``spec.serveService``; the selector is gitray's."""
+    source = copy.deepcopy(dict(template.get("metadata") or {}))
+    wave = _wave_only(workload).get("metadata", {}).get("annotations", {})
+    source["annotations"] = {**(source.get("annotations") or {}), **wave}
+    name = wanted_serve_service_name(workload.key.name, workload.spec)
+    meta = _metadata({"metadata": source}, name, workload.key, instance, Role.SERVE_SERVICE,
+                     {ANN_SPEC_HASH: serve_service_hash(workload.spec) or ""})
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec["selector"] = service_selector(Role.SERVE_SERVICE, cluster,
+                                        workers_only=serves_from_workers_only(workload))
+    head = (workload.spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
+    spec.setdefault("type", head.get("serviceType") or "ClusterIP")  # KubeRay's default too
+    spec["ports"] = serve_service_ports(template, ports)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
 def job_manifest(workload: Workload, instance: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Desired workloads x live state -> Plan. Pure, no I/O; ``now`` is passed in.
 
 Ordering rule (one rule, documented): workloads run by wave (lower first); within a wave,
-supporting objects before Ray workloads, then RayClusters, RayServices, RayJobs; then
+supporting objects before Ray workloads, then RayClusters, RayServices, RayJobs, RayCronJobs; then
 namespace and name. Removed workloads are pruned after everything that is applied in their
 wave, Ray workloads before the supporting objects they may use.
 
@@ -24,14 +24,15 @@ from gitray.plans.rayservice import plan_rayservice
 
 __all__ = ["compute_plan", "order_key"]
 
-_KIND_ORDER = {Kind.RAY_CLUSTER.value: 1, Kind.RAY_SERVICE.value: 2, Kind.RAY_JOB.value: 3}
+_KIND_ORDER = {Kind.RAY_CLUSTER.value: 1, Kind.RAY_SERVICE.value: 2, Kind.RAY_JOB.value: 3,
+               Kind.RAY_CRON_JOB.value: 4}
 
 
 def order_key(plan: WorkloadPlan) -> tuple[int, int, int, str, str]:
     removing = plan.action is Action.DELETE
     kind_rank = _KIND_ORDER.get(plan.key.kind, 0)
     if removing:  # prune Ray workloads before the supporting objects they use
-        kind_rank = 4 - kind_rank
+        kind_rank = 5 - kind_rank if kind_rank else 5
     return (plan.wave, int(removing), kind_rank, plan.key.namespace, plan.key.name)
 
 
@@ -90,4 +91,5 @@ def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config
         return plan_raycluster(key, workload, owned, config, exact)
     if key.kind == Kind.RAY_JOB:
         return plan_rayjob(key, workload, owned, config)
+    # a RayCronJob is a definition KubeRay schedules: applied, updated and pruned as written
     return plan_object(key, workload, owned, config, exact)

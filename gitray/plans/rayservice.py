@@ -31,7 +31,12 @@ from gitray.core.model import (
 )
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
-from gitray.plans.manifests import service_cluster_manifest, service_manifest, service_selector
+from gitray.plans.manifests import (
+    serves_from_workers_only,
+    service_cluster_manifest,
+    service_manifest,
+    service_selector,
+)
 from gitray.plans.names import (
     autoscaling_enabled,
     cluster_hash,
@@ -39,10 +44,10 @@ from gitray.plans.names import (
     head_service_name,
     parse_serve_config,
     serve_config_hash,
-    serve_service_name,
     service_cluster_name,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.serveservice import serve_service_hash, wanted_serve_service_name
 from gitray.plans.steps import StepList, delete_params, live_wave
 
 __all__ = ["RayServiceLive", "plan_rayservice", "read_rayservice_live"]
@@ -56,6 +61,8 @@ class RayServiceLive:
     head_service: LiveObject | None = None
     serve_service: LiveObject | None = None
     active: str | None = None
+    # every serve Service: two while one named by spec.serveService replaces another
+    serve_services: tuple[LiveObject, ...] = ()
 
     def previous(self) -> dict[str, LiveObject]:
         return {n: c for n, c in self.clusters.items()
@@ -77,12 +84,13 @@ def _selected_cluster(svc: LiveObject | None) -> str | None:
 def read_rayservice_live(owned: tuple[LiveObject, ...]) -> RayServiceLive:
     clusters = {o.name: o for o in owned if o.kind == Kind.RAY_CLUSTER}
     head = next((o for o in owned if o.kind == "Service" and o.role == Role.HEAD_SERVICE), None)
-    serve = next((o for o in owned if o.kind == "Service" and o.role == Role.SERVE_SERVICE), None)
+    serves = tuple(o for o in owned if o.kind == "Service" and o.role == Role.SERVE_SERVICE)
+    serve = next(iter(serves), None)
     active = _selected_cluster(serve) or _selected_cluster(head)
     if active not in clusters:
         active = None  # a Service pointing at a cluster that is gone: nothing is serving
     return RayServiceLive(clusters=clusters, head_service=head, serve_service=serve,
-                          active=active)
+                          active=active, serve_services=serves)
 
 
 def _due(cluster: LiveObject, now: datetime) -> bool:
@@ -129,24 +137,55 @@ class _Ctx:
                                f"pending cluster {name} no longer matches Git: abandon it")
 
     def point_services(self, target: str, *, switch_only: bool = False) -> None:
-        """Create or switch head then serve Service to ``target`` (head first, always)."""
+        """Create or switch head then serve Service to ``target`` (head first, always); then
+        bring the serve Service to its ``spec.serveService`` template."""
+        serve_name = wanted_serve_service_name(self.name, self.workload.spec)
+        serve_svc = next((s for s in self.live.serve_services if s.name == serve_name), None)
         for role, svc, svc_name in (
             (Role.HEAD_SERVICE, self.live.head_service, head_service_name(self.name)),
-            (Role.SERVE_SERVICE, self.live.serve_service, serve_service_name(self.name)),
+            (Role.SERVE_SERVICE, serve_svc, serve_name),
         ):
             label = "head" if role is Role.HEAD_SERVICE else "serve"
-            if svc is None and not switch_only:
+            selector = service_selector(role, target,
+                                        workers_only=serves_from_workers_only(self.workload))
+            templated = role is Role.SERVE_SERVICE and serve_service_hash(self.workload.spec)
+            if svc is None and (not switch_only or templated):
                 manifest = service_manifest(self.workload, role, target, self.config.instance)
-                self.steps.add(StepType.CREATE_SERVICE, svc_name,
-                               {"role": label, "cluster": target, "manifest": manifest},
+                params: dict[str, object] = {"role": label, "cluster": target,
+                                             "manifest": manifest}
+                if templated:  # applied, so a later template change can remove what it drops
+                    params["serverSideApply"] = True
+                self.steps.add(StepType.CREATE_SERVICE, svc_name, params,
                                f"create the {label} Service pointing at {target}")
             elif svc is None or _selected_cluster(svc) != target:
                 self.steps.add(
                     StepType.SWITCH_SERVICE, svc_name,
                     {"role": label, "cluster": target, "from": _selected_cluster(svc),
-                     "selector": service_selector(role, target)},
+                     "selector": selector},
                     f"switch the {label} Service to {target}",
                 )
+            elif dict(svc.spec.get("selector") or {}) != selector:  # excludeHeadPodFromServeSvc
+                self.steps.add(
+                    StepType.SWITCH_SERVICE, svc_name,
+                    {"role": label, "cluster": target, "from": target, "selector": selector},
+                    f"the {label} Service's pods changed (excludeHeadPodFromServeSvc)",
+                )
+        self.follow_serve_template(serve_svc, serve_name, target)
+
+    def follow_serve_template(self, svc: LiveObject | None, name: str, target: str) -> None:
+        """Apply a changed ``spec.serveService`` in place; retire a serve Service renamed."""
+        wanted = serve_service_hash(self.workload.spec)
+        if svc is not None and svc.annotations.get(ANN_SPEC_HASH) != wanted and (
+                wanted is not None or ANN_SPEC_HASH in svc.annotations):
+            manifest = service_manifest(self.workload, Role.SERVE_SERVICE, target,
+                                        self.config.instance)
+            self.steps.add(StepType.APPLY_OBJECT, name, {"manifest": manifest},
+                           "spec.serveService changed: update the serve Service in place")
+        for old in self.live.serve_services:
+            if old.name != name:
+                self.steps.add(StepType.DELETE_SERVICE, old.name,
+                               delete_params(StepType.DELETE_SERVICE, old),
+                               f"the serve Service is now {name} (spec.serveService)")
 
     def deploy_and_wait(self, cluster: str, serve: Mapping[str, object], serve_hash: str,
                         why: str) -> None:
@@ -331,7 +370,7 @@ def _plan_removal(key: ObjectKey, live: RayServiceLive,
                   owned: tuple[LiveObject, ...]) -> WorkloadPlan:
     """Removed from Git (prune on): Services first, then clusters, then anything else."""
     steps = StepList()
-    services = [svc for svc in (live.head_service, live.serve_service) if svc is not None]
+    services = [svc for svc in (live.head_service, *live.serve_services) if svc is not None]
     others = [o for o in owned if o.kind not in {Kind.RAY_CLUSTER, "Service"}]
     for step_type, objects in ((StepType.DELETE_SERVICE, services),
                                (StepType.DELETE_CLUSTER, [live.clusters[n]

@@ -69,6 +69,8 @@ def describe_step(step: Step) -> str:
                     f"(timeout {_duration(p.get('timeoutSeconds'))})")
         case StepType.CREATE_SERVICE:
             return f"create Service {t} -> {p.get('cluster')}"
+        case StepType.SWITCH_SERVICE if p.get("from") == p.get("cluster"):
+            return f"change which pods of {p.get('cluster')} Service {t} selects"
         case StepType.SWITCH_SERVICE:
             return f"switch Service {t}: {p.get('from') or '(none)'} -> {p.get('cluster')}"
         case StepType.DELETE_SERVICE:

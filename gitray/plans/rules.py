@@ -18,6 +18,9 @@ from typing import Any
 from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.parsing.text import JsonPath, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
+from gitray.plans.fields import refused_fields
+from gitray.plans.servecheck import import_path_problem, serve_problems
+from gitray.plans.serveservice import serve_service_problems, serve_service_warnings
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
 
@@ -31,18 +34,30 @@ DNS1123_SUBDOMAIN = re.compile(
 _SERVE = ("spec", "serveConfigV2")
 
 
-def check_rules(kind: str, document: YamlDocument) -> list[Diagnostic]:
-    """Problems with gitray's rules for one manifest (identity checks are the loader's)."""
+def check_rules(kind: str, document: YamlDocument,
+                warnings: list[Diagnostic] | None = None) -> list[Diagnostic]:
+    """Problems with gitray's rules for one manifest (identity checks are the loader's).
+
+    Findings that do not stop a revision (keys Ray Serve ignores) go to ``warnings``.
+    """
     manifest = document.value
     spec = manifest.get("spec")
     if kind == Kind.RAY_SERVICE:
-        return _rayservice(document, spec if isinstance(spec, dict) else {})
+        spec = spec if isinstance(spec, dict) else {}
+        meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+        name, namespace = str(meta.get("name") or ""), meta.get("namespace")
+        if warnings is not None:
+            warnings += serve_service_warnings(document, spec)
+        return (_rayservice(document, spec, warnings) + refused_fields(document, spec)
+                + serve_service_problems(document, name, namespace if isinstance(namespace, str)
+                                         else None, spec))
     if kind == "ConfigMap":
         return _configmap(document, manifest)
     return []
 
 
-def _rayservice(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
+def _rayservice(document: YamlDocument, spec: dict[str, Any],
+                warnings: list[Diagnostic] | None) -> list[Diagnostic]:
     problems: list[Diagnostic] = []
     if not isinstance(spec.get("rayClusterConfig"), dict):
         problems.append(
@@ -70,11 +85,12 @@ def _rayservice(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic
             )
         )
         return problems
-    problems.extend(_serve_config(document, text))
+    problems.extend(_serve_config(document, text, warnings))
     return problems
 
 
-def _serve_config(document: YamlDocument, text: str) -> list[Diagnostic]:
+def _serve_config(document: YamlDocument, text: str,
+                  warnings: list[Diagnostic] | None) -> list[Diagnostic]:
     key = document.locate(_SERVE)
     literal = document.literals.get(_SERVE)
 
@@ -101,7 +117,12 @@ def _serve_config(document: YamlDocument, text: str) -> list[Diagnostic]:
     if not isinstance(apps, list) or not apps:
         where = config.locate(("applications",)) if "applications" in config.value else None
         return [at(where, "needs a non-empty 'applications' list")]
-    return [at(config.locate(path), message) for path, message in _applications(apps)]
+    problems = [at(config.locate(path), message) for path, message in _applications(apps)]
+    errors, ignored = serve_problems(config.value)  # Ray Serve's own schema and validators
+    problems += [at(config.locate(path), message) for path, message in errors]
+    if warnings is not None:
+        warnings += [at(config.locate(path), message) for path, message in ignored]
+    return problems
 
 
 def _applications(apps: list[Any]) -> list[tuple[JsonPath, str]]:
@@ -117,10 +138,10 @@ def _applications(apps: list[Any]) -> list[tuple[JsonPath, str]]:
         import_path = app.get("import_path")
         if not isinstance(import_path, str) or not import_path.strip():
             problems.append((here, f"{label} needs an import_path like 'package.module:app'"))
-        elif any(c.isspace() for c in import_path) or not re.search(r"[.:]", import_path):
+        elif problem := import_path_problem(import_path):
             problems.append(
                 ((*here, "import_path"), f"{label}.import_path {import_path!r} is not "
-                 "'module:attribute' or 'module.attribute'")
+                 f"'module:attribute' or 'module.attribute': it {problem}")
             )
         name = app.get("name", "default")
         if not isinstance(name, str) or not name:

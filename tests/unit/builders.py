@@ -65,6 +65,14 @@ def rayjob(name: str = "job", ns: str = "ray", entrypoint: str = "python /code/j
     return _workload("RayJob", name, ns, spec, {"gitray.io/wave": str(wave)} if wave else None)
 
 
+def raycronjob(name: str = "nightly", ns: str = "ray", schedule: str = "0 3 * * *",
+               entrypoint: str = "python /code/job.py", wave: int = 0) -> Workload:
+    """A RayCronJob (KubeRay v1.6+): a schedule and the RayJob it starts."""
+    spec = {"schedule": schedule, "jobTemplate": {"entrypoint": entrypoint}}
+    return _workload("RayCronJob", name, ns, spec,
+                     {"gitray.io/wave": str(wave)} if wave else None)
+
+
 def configmap(name: str = "code", ns: str = "ray", data: dict[str, str] | None = None,
               wave: int = 0) -> Workload:
     w = _workload("ConfigMap", name, ns, {}, {"gitray.io/wave": str(wave)} if wave else None,

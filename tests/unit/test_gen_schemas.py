@@ -79,6 +79,11 @@ GEN = load_script()
             id="an embedded resource accepts apiVersion kind metadata",
         ),
         pytest.param(
+            {"type": "integer", "default": 2147483647, "format": "int32"},
+            {"type": "integer", "default": 2147483647, "format": "int32"},
+            id="defaults are kept for structural defaulting",
+        ),
+        pytest.param(
             {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]},
             {"type": "string"},
             id="CEL rules are dropped",
@@ -96,7 +101,7 @@ def test_dropped_cel_rules_are_counted() -> None:
     assert translator.dropped_rules == 2
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService"])
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService", "RayCronJob"])
 def test_committed_schemas_are_generated_from_the_pinned_kuberay(kind: str) -> None:
     schema = json.loads((ROOT / "schemas" / f"{kind.lower()}.schema.json").read_text())
     Draft202012Validator.check_schema(schema)
