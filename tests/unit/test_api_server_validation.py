@@ -223,11 +223,9 @@ def test_a_field_gitray_does_not_honour_is_refused_by_name(case: str) -> None:
 
 
 @pytest.mark.parametrize(("field", "expected"), [
-    ("suspend: true", "m.yaml:12:5: spec.rayClusterConfig.suspend: true is not supported: a "
-     "suspended cluster never becomes ready"),
     ("managedBy: kueue.x-k8s.io/multikueue", "m.yaml:12:5: spec.rayClusterConfig.managedBy "
      "'kueue.x-k8s.io/multikueue' is not supported"),
-], ids=["suspended", "managed by MultiKueue"])
+], ids=["managed by MultiKueue"])
 def test_a_rayservice_cluster_that_would_never_be_ready_is_refused(field: str,
                                                                     expected: str) -> None:
     text = SERVICE.replace("  rayClusterConfig:\n", f"  rayClusterConfig:\n    {field}\n")
