@@ -287,12 +287,12 @@ def _due(env: TestEnv, ns: str, name: str) -> bool:
 
 def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode: str,
                                wrapper: list[str] | None = None) -> None:
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns, mode)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
                                   "services/serve-demo.yaml": dump(_real_node_example(
                                       ns, RAY_IMAGE))})
     argv = gitray.argv("apply", "--repo", str(repo.path), "--yes")
-    argv[argv.index("pod-ip")] = mode
+    assert argv[argv.index("--dashboard") + 1] == mode
     result = subprocess.run([*(wrapper or []), *argv], capture_output=True, text=True,
                             check=False, timeout=600, env=gitray.env(),
                             stdin=subprocess.DEVNULL, cwd=REPO)
@@ -308,6 +308,12 @@ def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_names
     """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
     the Serve proxies of real pods only through the API server's service/pod proxy."""
     _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "proxy")
+
+
+def test_gitray_apply_by_pod_ip(realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """`--dashboard pod-ip`: gitray on the host dials the head pods' 198.18.0.x IPs over the
+    node's bridge."""
+    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "pod-ip")
 
 
 def test_gitray_apply_by_cluster_dns(realnode: TestEnv, node_namespace: str,
