@@ -30,7 +30,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from tests.testenv.helpers import (
+    EnvUnavailable,
+    TestEnv,
+    drop_namespace,
+    environment,
+    wait_for,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -84,10 +90,7 @@ def namespace(testenv: TestEnv) -> Iterator[str]:
     try:
         yield name
     finally:
-        testenv.core.delete_namespace(name)
-        # real pods take real memory (a Ray head about 700 MB): don't let them pile up
-        wait_for(lambda: not testenv.core.list_namespaced_pod(name).items, timeout=180,
-                 what=f"pods of namespace {name} gone")
+        drop_namespace(testenv, name)
 
 
 @pytest.fixture

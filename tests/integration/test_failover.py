@@ -50,7 +50,13 @@ from tests.integration.chaos import (
 )
 from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from tests.testenv.helpers import (
+    EnvUnavailable,
+    TestEnv,
+    drop_namespace,
+    environment,
+    wait_for,
+)
 from tests.testenv.load import LoadGenerator, LoadResult
 
 SVC = "serve-demo"
@@ -105,12 +111,6 @@ def make_namespace(env: TestEnv) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
-
-
-def drop_namespace(env: TestEnv, name: str) -> None:
-    env.core.delete_namespace(name)
-    wait_for(lambda: not env.core.list_namespaced_pod(name).items, timeout=180,
-             what=f"pods of namespace {name} gone")
 
 
 def rs(ns: str, revision: int = 0) -> str:
