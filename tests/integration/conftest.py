@@ -13,6 +13,9 @@
   for another one to go.
 - `namespace` (function): name of a fresh namespace, deleted (and its pods gone) after the test.
 - `realnode` / `node_namespace`: the same, named for tests about the real node itself.
+- Tests marked `own_node` start an environment with the real node of their own; they are run
+  first (the session's environment holds the machine's one real node from its start to the end
+  of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
 - `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the
   Ray pod runner, which runs Ray heads on the host: what bench/ uses), for the runner's tests;
   `kwok_namespace` (function): a fresh namespace in it.
@@ -45,6 +48,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    # The machine has one real node. Tests that bring up an environment of their own with it
+    # (`scripts/testenv up`/`down`, the README walkthrough) run first, before the session's
+    # environment takes the node and holds it to the end.
+    items.sort(key=lambda item: item.get_closest_marker("own_node") is None)
 
 
 @pytest.fixture(scope="session")

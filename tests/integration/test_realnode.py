@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.gitops import (
     CALC,
     GREETER,
@@ -49,6 +51,7 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=900, check=False)
 
 
+@pytest.mark.own_node
 def test_up_then_down_leaves_the_machine_as_it_was() -> None:
     """Routes, links, namespaces, nftables/iptables tables, sysctls, host paths, mounts and
     cgroups after `down` are exactly what they were before `up`."""
