@@ -178,7 +178,7 @@ def start_replica(kubeconfig: str, lease_namespace: str, remote: Path | str, wor
     argv = [sys.executable, "-m", "gitray", "sync", "--repo", url,
             "--branch", "main", "--interval", interval, "--deletion-interval", "2s",
             "--http-address", f"127.0.0.1:{port}", "--kubeconfig", kubeconfig,
-            "--lease-namespace", lease_namespace, "--dashboard", "pod-ip",
+            "--lease-namespace", lease_namespace,
             "--cache-dir", str(workdir / f"cache-{name}"),
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--log-format", "json", *extra]

@@ -1,17 +1,24 @@
-"""Fixtures for integration tests against the real loopback environment (see docs/testenv.md).
+"""Fixtures for integration tests against the real environment (see docs/testenv.md).
 
-- `testenv` (session): a `tests.testenv.helpers.TestEnv` — `.kubeconfig` (path), `.api_client`
-  (kubernetes.client.ApiClient), `.core` (CoreV1Api), `.custom` (CustomObjectsApi), `.state`
-  (PIDs, ports, state dir), `.pod_network`, helpers `create_raycluster`, `wait_head_pod`,
-  `wait_dashboard`, `wait_serve_running`, `ray_heads`, `kubectl`; plus `wait_for` in
-  tests.testenv.helpers. Reuses the environment in `$GITRAY_TESTENV_STATE` when set (never
-  stops it); otherwise starts its own in a fresh state dir and stops it at session end.
-- `namespace` (function): name of a fresh namespace, deleted after the test.
-- `realnode` (module): an environment of its own **with the real node** (kubelet, containerd,
-  kube-proxy, CoreDNS; pods get 198.18.0.x IPs, Services 198.19.0.x; KubeRay with
-  `--use-kubernetes-proxy`); `realnode.real_node` has its facts. Reuses
-  `$GITRAY_TESTENV_NODE_STATE` when set. One real node per machine: it waits (bounded) for
-  another one to go. `node_namespace` (function): a fresh namespace in it.
+- `testenv` (session): a `tests.testenv.helpers.TestEnv` of an environment **with the real
+  node** (kubelet, containerd, runc, CNI, kube-proxy, CoreDNS: Ray runs in real pods with
+  198.18.0.x IPs, Services get 198.19.0.x ClusterIPs; KubeRay with `--use-kubernetes-proxy`);
+  kwok's two fake nodes are tainted and take only pods that tolerate that (scale tests).
+  `.kubeconfig` (path), `.api_client`, `.core` (CoreV1Api), `.custom` (CustomObjectsApi),
+  `.state`, `.real_node` (facts), helpers `create_raycluster`, `wait_raycluster_ready`,
+  `wait_head_pod`, `endpoint_addresses`, `wait_serve_running`, `kubectl`; plus `wait_for` in
+  tests.testenv.helpers. Reuses the environment in `$GITRAY_TESTENV_STATE` (or
+  `$GITRAY_TESTENV_NODE_STATE`) when set, never stopping it; otherwise starts its own in a
+  fresh state dir and stops it at session end. One real node per machine: it waits (bounded)
+  for another one to go.
+- `namespace` (function): name of a fresh namespace, deleted (and its pods gone) after the test.
+- `realnode` / `node_namespace`: the same, named for tests about the real node itself.
+- Tests marked `own_node` start an environment with the real node of their own; they are run
+  first (the session's environment holds the machine's one real node from its start to the end
+  of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
+- `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the
+  Ray pod runner, which runs Ray heads on the host: what bench/ uses), for the runner's tests;
+  `kwok_namespace` (function): a fresh namespace in it.
 
 Every test in tests/integration/ is marked `integration`. A missing or broken environment FAILS
 the tests (never skips), with or without CI=true.
@@ -26,7 +33,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from tests.testenv.helpers import (
+    EnvUnavailable,
+    TestEnv,
+    drop_namespace,
+    environment,
+    wait_for,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,42 +48,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    # The machine has one real node. Tests that bring up an environment of their own with it
+    # (`scripts/testenv up`/`down`, the README walkthrough) run first, before the session's
+    # environment takes the node and holds it to the end.
+    items.sort(key=lambda item: item.get_closest_marker("own_node") is None)
 
 
 @pytest.fixture(scope="session")
 def testenv() -> Iterator[TestEnv]:
+    reuse = os.environ.get("GITRAY_TESTENV_STATE") or os.environ.get("GITRAY_TESTENV_NODE_STATE")
     try:
-        with environment(os.environ.get("GITRAY_TESTENV_STATE")) as (env, _):
+        with environment(reuse, prefix="gitray-testenv-node-",
+                         real_node=True, node_wait=600) as (env, _):
+            if not env.real_node:
+                pytest.fail(f"GITRAY_TESTENV_STATE={env.state.dir} is an environment without "
+                            "the real node (started with --no-node): Ray workloads need real pods")
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))
 
 
+@pytest.fixture(scope="session")
+def realnode(testenv: TestEnv) -> TestEnv:
+    """The session's environment, named for tests that are about the real node itself."""
+    return testenv
+
+
 @pytest.fixture(scope="module")
-def realnode() -> Iterator[TestEnv]:
+def kwokenv() -> Iterator[TestEnv]:
     try:
-        with environment(os.environ.get("GITRAY_TESTENV_NODE_STATE"),
-                         prefix="gitray-testenv-node-", real_node=True, node_wait=600) as (env, _):
-            if not env.real_node:
-                pytest.fail("GITRAY_TESTENV_NODE_STATE names an environment without a real node")
+        with environment(None, prefix="gitray-testenv-kwok-") as (env, _):
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))
 
 
 @pytest.fixture
-def node_namespace(realnode: TestEnv) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"n-{uuid.uuid4().hex[:8]}"
-    realnode.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
-        yield name
-    finally:
-        realnode.core.delete_namespace(name)
-        # real pods take real memory: don't let them pile up across tests
-        wait_for(lambda: not realnode.core.list_namespaced_pod(name).items, timeout=120,
-                 what=f"pods of namespace {name} gone")
+def node_namespace(namespace: str) -> str:
+    return namespace
 
 
 @pytest.fixture
@@ -82,10 +97,22 @@ def namespace(testenv: TestEnv) -> Iterator[str]:
     try:
         yield name
     finally:
-        testenv.core.delete_namespace(name)
+        drop_namespace(testenv, name)
+
+
+@pytest.fixture
+def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
+    from kubernetes import client
+
+    name = f"k-{uuid.uuid4().hex[:8]}"
+    kwokenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        kwokenv.core.delete_namespace(name)
 
         def gone() -> bool:
-            pods = testenv.core.list_namespaced_pod(name).items
-            return not pods and not [h for h in testenv.ray_heads() if h["namespace"] == name]
-        # don't let Ray heads (about 1 GB each) pile up across tests, nor their IPs linger
-        wait_for(gone, timeout=120, what=f"pods and Ray heads of namespace {name} gone")
+            pods = kwokenv.core.list_namespaced_pod(name).items
+            return not pods and not [h for h in kwokenv.ray_heads() if h["namespace"] == name]
+        # the runner's Ray heads take about 1 GB each: don't let them pile up across tests
+        wait_for(gone, timeout=180, what=f"pods and Ray heads of namespace {name} gone")

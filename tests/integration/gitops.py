@@ -24,16 +24,26 @@ _yaml = YAML(typ="safe", pure=True)
 
 
 def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
-                       serve: str | None = None, name: str = "serve-demo") -> dict[str, Any]:
-    """The examples-repo RayService, moved to ``namespace``, with the given image/Serve config."""
+                       serve: str | None = None, name: str = "serve-demo",
+                       revision: int = 0) -> dict[str, Any]:
+    """The examples-repo RayService, moved to ``namespace``, with the given image/Serve config.
+    Each ``revision`` > 0 is another cluster spec (an environment variable of the head) with
+    the same image: as many blue-green upgrades as a test needs, all runnable on real pods."""
     doc: dict[str, Any] = copy.deepcopy(_yaml.load(EXAMPLE_SERVICE.read_text()))
     doc["metadata"] = {"name": name, "namespace": namespace}
     cluster = doc["spec"]["rayClusterConfig"]
-    cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["image"] = image
+    if revision:
+        head["env"] = [{"name": "GITRAY_TEST_REVISION", "value": str(revision)}]
     if serve is not None:
         doc["spec"]["serveConfigV2"] = serve
     return doc
 
+
+# A different image of the same Ray: an image change (blue-green upgrade) that real pods can run
+# (the environment imports the locally built Ray image under both names).
+NEW_IMAGE = "localhost/gitray-ray:2.60.0"
 
 GREETER = ("greeter", "/greet", "serve_apps.greeter:app")
 CALC = ("calc", "/calc", "serve_apps.calc:app")
@@ -68,11 +78,15 @@ class Gitray:
 
     kubeconfig: str
     lease_namespace: str
+    # None: gitray's default (`proxy` outside a cluster, through the API server), as users run it
+    dashboard: str | None = None
 
     def argv(self, command: str, *args: str) -> list[str]:
         base = [sys.executable, "-m", "gitray", command, *args, "--kubeconfig", self.kubeconfig]
         if command in {"apply", "status"}:
-            base += ["--dashboard", "pod-ip", "--lease-namespace", self.lease_namespace]
+            base += ["--lease-namespace", self.lease_namespace]
+            if self.dashboard:
+                base += ["--dashboard", self.dashboard]
         return base
 
     def env(self) -> dict[str, str]:

@@ -19,6 +19,7 @@ from tests.integration.gitops import (
     CALC,
     GREETER,
     HELLO,
+    NEW_IMAGE,
     GitOpsRepo,
     Gitray,
     example_rayservice,
@@ -143,7 +144,7 @@ def test_upgrade_serve_only_change_blue_green_rollback_and_deletion(
 
     # Image + Serve config together: blue-green; the new config reaches only the new cluster.
     repo.commit("new image and hello app", {"services/serve-demo.yaml": dump(example_rayservice(
-        namespace, image="rayproject/ray:2.60.1", serve=serve_config(GREETER, CALC, HELLO)))})
+        namespace, image=NEW_IMAGE, serve=serve_config(GREETER, CALC, HELLO)))})
     out = apply(gitray, repo)
     green = next(n for n in cluster.rayclusters() if n != blue)
     assert set(cluster.serve_apps(blue)) == {"greeter", "calc"}  # old config unchanged
@@ -190,7 +191,7 @@ def test_a_failing_serve_app_never_gets_traffic(env: tuple[GitOpsRepo, Gitray, C
     rollout(repo, gitray, namespace, serve=serve_config(GREETER))
     blue = only_cluster(cluster)
     repo.commit("broken app", {"services/serve-demo.yaml": dump(example_rayservice(
-        namespace, image="rayproject/ray:2.60.1",
+        namespace, image=NEW_IMAGE,
         serve=serve_config(GREETER, ("broken", "/broken", "serve_apps.missing:app"))))})
     result = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert result.returncode == 1, output(result)
@@ -226,7 +227,7 @@ def test_sigkill_after_deploy_serve_resumes_at_wait_serve_running(
     rollout(repo, gitray, namespace, serve=serve_config(GREETER))
     blue = only_cluster(cluster)
     repo.commit("upgrade", {"services/serve-demo.yaml": dump(example_rayservice(
-        namespace, image="rayproject/ray:2.60.1", serve=serve_config(GREETER)))})
+        namespace, image=NEW_IMAGE, serve=serve_config(GREETER)))})
     _run_until(gitray, repo, "3/7 deploy-serve")
     pending = {n: c["metadata"]["uid"] for n, c in cluster.rayclusters().items() if n != blue}
     assert len(pending) == 1
@@ -246,7 +247,7 @@ def test_a_revert_mid_upgrade_cancels_it_without_a_third_cluster(
     blue = only_cluster(cluster)
     original = (repo.path / "services/serve-demo.yaml").read_text()
     repo.commit("upgrade", {"services/serve-demo.yaml": dump(example_rayservice(
-        namespace, image="rayproject/ray:2.60.1", serve=serve_config(GREETER)))})
+        namespace, image=NEW_IMAGE, serve=serve_config(GREETER)))})
     _run_until(gitray, repo, "2/7 wait-cluster-ready")
     assert len(cluster.rayclusters()) == 2
     repo.commit("revert", {"services/serve-demo.yaml": original})

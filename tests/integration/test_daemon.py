@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.chaos import Replica, start_replica
-from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.integration.gitops import GREETER, NEW_IMAGE, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -96,7 +96,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     assert serving(testenv, namespace) == blue
     assert sync_proc.metric("gitray_leader") == 1
 
-    second = push(work, "upgrade", {"svc.yaml": rs(namespace, image="rayproject/ray:2.60.1")})
+    second = push(work, "upgrade", {"svc.yaml": rs(namespace, image=NEW_IMAGE)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
                                       f'revision="{second}"') == 1 or None, timeout=240)
     green = serving(testenv, namespace)
@@ -104,7 +104,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)  # deleted
 
     broken = push(work, "broken", {"svc.yaml": dump(example_rayservice(
-        namespace, image="rayproject/ray:2.60.2",
+        namespace, revision=2,
         serve=serve_config(GREETER, ("broken", "/broken", "serve_apps.nope:app"))))})
     wait_for(lambda: sync_proc.metric("gitray_workloads", 'outcome="failed"') == 1 or None,
              timeout=240)
@@ -127,7 +127,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     assert code == 200 and "cannot fetch" in json.loads(body)["git"]
     assert clusters(testenv, namespace) == [green]
     bare.with_suffix(".gone").rename(bare)
-    fixed = push(work, "fixed", {"svc.yaml": rs(namespace, image="rayproject/ray:2.60.1")})
+    fixed = push(work, "fixed", {"svc.yaml": rs(namespace, image=NEW_IMAGE)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
                                       f'revision="{fixed}"') == 1 or None, timeout=120)
     assert json.loads(sync_proc.get("/readyz")[1])["git"] == "ok"

@@ -2,7 +2,8 @@
 what gitray needs (issue 5 acceptance 5, issue 6 item 7).
 
 The kustomize base is rendered with the environment's kubectl and applied for real with
-server-side apply (the Deployment's pods land on the kwok nodes). Then, as the ServiceAccount
+server-side apply (the Deployment's pods are sent to the two kwok nodes: they are scheduled,
+spread and admitted, not run). Then, as the ServiceAccount
 ``system:serviceaccount:gitray:gitray``: gitray's own client by impersonation does what the
 daemon does in the allowed namespace and in its own (Lease, run records) and is refused by the
 API server (403) everywhere else; the real ``gitray apply`` and ``gitray sync`` (with the
@@ -50,7 +51,7 @@ from gitray.parsing.config import env_overrides, parse_config
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
 from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.manifests import dump, gitray_config
-from tests.testenv import control
+from tests.testenv import control, node
 from tests.testenv.helpers import TestEnv, raycluster_manifest, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,10 +120,22 @@ def admin(testenv: TestEnv) -> Iterator[Kube]:
     kube.close()
 
 
+def on_kwok_nodes(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with the Deployment's pods sent to kwok's two fake nodes (which tolerate
+    nothing else while the real node is up): objects accepted and pods scheduled, spread over
+    two nodes, without running the image."""
+    deployment = only(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), node.NODE_LABEL: "kwok"}
+    pod["tolerations"] = [*(pod.get("tolerations") or []),
+                          {"key": node.KWOK_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    return objs
+
+
 @pytest.fixture(scope="module")
 def installed(testenv: TestEnv, admin: Kube) -> Iterator[list[dict[str, Any]]]:
     """The base, really applied; deleted (and waited for) after the module."""
-    objs = render(testenv, OVERLAYS["base"])
+    objs = on_kwok_nodes(render(testenv, OVERLAYS["base"]))
     # A namespace still terminating from an earlier run would refuse new objects.
     wait_for(lambda: admin.get_or_none("v1", "Namespace", "", NAMESPACE) is None
              or admin.get("v1", "Namespace", "", NAMESPACE)["status"]["phase"] == "Active",

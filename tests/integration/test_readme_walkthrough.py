@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.testenv import control
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +40,7 @@ def test_the_readme_block_is_what_a_user_types() -> None:
     assert "gitray status" in commands
 
 
+@pytest.mark.own_node
 def test_readme_walkthrough() -> None:
     commands = readme_commands()
     # mktemp's usual short /tmp paths, as a user gets them (containerd's sockets live in the

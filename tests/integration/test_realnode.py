@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.gitops import (
     CALC,
     GREETER,
@@ -49,6 +51,7 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=900, check=False)
 
 
+@pytest.mark.own_node
 def test_up_then_down_leaves_the_machine_as_it_was() -> None:
     """Routes, links, namespaces, nftables/iptables tables, sysctls, host paths, mounts and
     cgroups after `down` are exactly what they were before `up`."""
@@ -287,12 +290,12 @@ def _due(env: TestEnv, ns: str, name: str) -> bool:
 
 def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode: str,
                                wrapper: list[str] | None = None) -> None:
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns, mode)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
                                   "services/serve-demo.yaml": dump(_real_node_example(
                                       ns, RAY_IMAGE))})
     argv = gitray.argv("apply", "--repo", str(repo.path), "--yes")
-    argv[argv.index("pod-ip")] = mode
+    assert argv[argv.index("--dashboard") + 1] == mode
     result = subprocess.run([*(wrapper or []), *argv], capture_output=True, text=True,
                             check=False, timeout=600, env=gitray.env(),
                             stdin=subprocess.DEVNULL, cwd=REPO)
@@ -308,6 +311,12 @@ def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_names
     """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
     the Serve proxies of real pods only through the API server's service/pod proxy."""
     _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "proxy")
+
+
+def test_gitray_apply_by_pod_ip(realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """`--dashboard pod-ip`: gitray on the host dials the head pods' 198.18.0.x IPs over the
+    node's bridge."""
+    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "pod-ip")
 
 
 def test_gitray_apply_by_cluster_dns(realnode: TestEnv, node_namespace: str,

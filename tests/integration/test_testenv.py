@@ -1,7 +1,7 @@
-"""Acceptance tests of the loopback test environment (issue 3).
-
-Real kube-apiserver/etcd/controller-manager/scheduler, kwok, the KubeRay operator and Ray.
-"""
+"""Acceptance tests of the kwok-only test environment (issue 3): real kube-apiserver/etcd/
+controller-manager/scheduler, kwok, the KubeRay operator, and the Ray pod runner that runs real
+Ray heads on the host for kwok's pods (what bench/ uses). The real node has tests of its own
+(test_realnode.py)."""
 
 from __future__ import annotations
 
@@ -38,57 +38,60 @@ def _deploy_hello(testenv: TestEnv, pod: object, greeting: str | None = None) ->
     return wait_for(lambda: _get_text(f"http://{ip}:8000/hello"), 60, what="serve route")
 
 
-def test_raycluster_gets_a_real_ray_head_and_serve(testenv: TestEnv, namespace: str) -> None:
-    testenv.create_raycluster(namespace, raycluster_manifest("demo"))
-    pod = testenv.wait_head_pod(namespace, "demo")
+def test_raycluster_gets_a_real_ray_head_and_serve(kwokenv: TestEnv,
+                                                   kwok_namespace: str) -> None:
+    kwokenv.create_raycluster(kwok_namespace, raycluster_manifest("demo"))
+    pod = kwokenv.wait_head_pod(kwok_namespace, "demo")
     ip = ipaddress.ip_address(pod.status.pod_ip)
-    assert ip in ipaddress.ip_network(testenv.pod_network), ip
+    assert ip in ipaddress.ip_network(kwokenv.pod_network), ip
     assert pod.metadata.labels["ray.io/node-type"] == "head"
-    svc = wait_for(lambda: testenv.core.read_namespaced_service("demo-head-svc", namespace),
+    svc = wait_for(lambda: kwokenv.core.read_namespaced_service(
+        "demo-head-svc", kwok_namespace),
                    60, what="head service")
     assert svc.spec.selector["ray.io/cluster"] == "demo"
 
-    url = testenv.wait_dashboard(pod)
+    url = kwokenv.wait_dashboard(pod)
     status, body = http_json("GET", f"{url}/api/serve/applications/")
     assert status == 200
     assert body["http_options"]["host"] == pod.status.pod_ip
     assert body["http_options"]["port"] == 8000
 
-    assert _deploy_hello(testenv, pod) == "hello from gitray testenv"
+    assert _deploy_hello(kwokenv, pod) == "hello from gitray testenv"
 
 
-def test_deleting_raycluster_removes_pods_and_ray(testenv: TestEnv, namespace: str) -> None:
-    testenv.create_raycluster(namespace, raycluster_manifest("gone"))
-    pod = testenv.wait_head_pod(namespace, "gone")
-    testenv.wait_dashboard(pod)
-    wait_for(lambda: len(testenv.cluster_pods(namespace, "gone")) == 2, 60,
+def test_deleting_raycluster_removes_pods_and_ray(kwokenv: TestEnv, kwok_namespace: str) -> None:
+    kwokenv.create_raycluster(kwok_namespace, raycluster_manifest("gone"))
+    pod = kwokenv.wait_head_pod(kwok_namespace, "gone")
+    kwokenv.wait_dashboard(pod)
+    wait_for(lambda: len(kwokenv.cluster_pods(kwok_namespace, "gone")) == 2, 60,
              what="head and worker pods")
-    head = testenv.wait_ray_head(pod)
-    assert testenv.ray_head_alive(head)
+    head = kwokenv.wait_ray_head(pod)
+    assert kwokenv.ray_head_alive(head)
 
-    testenv.delete_raycluster(namespace, "gone")
+    kwokenv.delete_raycluster(kwok_namespace, "gone")
     # Deadlines sized for a loaded 2-core machine (a parallel suite or benchmark): garbage
     # collection, kwok's pod-delete stage and the runner's stop all slow down under load, and
     # a clean-clone run once saw the Ray head outlive a 60 s wait.
-    wait_for(lambda: not testenv.cluster_pods(namespace, "gone"), 240,
+    wait_for(lambda: not kwokenv.cluster_pods(kwok_namespace, "gone"), 240,
              what="pods garbage-collected")
-    wait_for(lambda: not testenv.ray_head_alive(head), 240, what="Ray head processes gone")
-    assert testenv.ray_head_for(pod) is None
+    wait_for(lambda: not kwokenv.ray_head_alive(head), 240, what="Ray head processes gone")
+    assert kwokenv.ray_head_for(pod) is None
     listening = procs.listening_sockets()
     assert not [s for s in listening if s[0] == pod.status.pod_ip], listening
 
 
-def test_two_rayclusters_each_get_their_own_ray_head(testenv: TestEnv, namespace: str) -> None:
+def test_two_rayclusters_each_get_their_own_ray_head(kwokenv: TestEnv,
+                                                     kwok_namespace: str) -> None:
     for name in ("one", "two"):
-        testenv.create_raycluster(namespace, raycluster_manifest(name, workers=0))
-    pods = {name: testenv.wait_head_pod(namespace, name) for name in ("one", "two")}
+        kwokenv.create_raycluster(kwok_namespace, raycluster_manifest(name, workers=0))
+    pods = {name: kwokenv.wait_head_pod(kwok_namespace, name) for name in ("one", "two")}
     assert pods["one"].status.pod_ip != pods["two"].status.pod_ip
     for name, pod in pods.items():
-        assert _deploy_hello(testenv, pod, greeting=f"hi from {name}") == f"hi from {name}"
-    heads = {h["ip"]: h for h in testenv.ray_heads()}
+        assert _deploy_hello(kwokenv, pod, greeting=f"hi from {name}") == f"hi from {name}"
+    heads = {h["ip"]: h for h in kwokenv.ray_heads()}
     one, two = (heads[p.status.pod_ip] for p in pods.values())
     assert one["pid"] != two["pid"] and one["block"] != two["block"]
-    assert testenv.ray_head_alive(one) and testenv.ray_head_alive(two)
+    assert kwokenv.ray_head_alive(one) and kwokenv.ray_head_alive(two)
 
 
 def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +99,7 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_down_leaves_no_process_and_no_port(testenv: TestEnv) -> None:
+def test_down_leaves_no_process_and_no_port(kwokenv: TestEnv) -> None:
     """A dedicated environment (own state dir), with a Ray head, brought up and down by the CLI."""
     state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-updown-"))
     up = _testenv_cli("up", "--no-node", "--state-dir", str(state_dir))
@@ -107,7 +110,7 @@ def test_down_leaves_no_process_and_no_port(testenv: TestEnv) -> None:
         assert state is not None and all(state.alive().values())
         other = TestEnv(state)
         try:
-            assert other.pod_network != testenv.pod_network  # claimed machine-wide
+            assert other.pod_network != kwokenv.pod_network  # claimed machine-wide
             other.kubectl("apply", "-f", "-", stdin=json.dumps(
                 raycluster_manifest("updown", workers=0) | {"metadata": {
                     "name": "updown", "namespace": "default"}}))

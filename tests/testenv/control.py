@@ -2,8 +2,11 @@
 
 `up` starts, in order: etcd, kube-apiserver (TLS, openssl-made certs), the KubeRay CRDs,
 kube-controller-manager, kube-scheduler, kwok (+ two fake Nodes with loopback podCIDRs), the
-KubeRay operator (out of cluster) and the Ray pod runner (`tests/testenv/raypods.py`). Everything
-binds 127.0.0.1 on free ports; PIDs, ports and paths go to ``<state-dir>/state.json``.
+real node by default (node.py: containerd, kubelet, kube-proxy, CoreDNS; Ray runs in real pods
+there, and kwok's nodes are tainted for scale tests) and the KubeRay operator (out of cluster).
+Without the real node (`--no-node`), the Ray pod runner (`tests/testenv/raypods.py`) runs Ray
+heads on the host for kwok's pods instead. The control plane binds 127.0.0.1 on free ports;
+PIDs, ports and paths go to ``<state-dir>/state.json``.
 """
 
 from __future__ import annotations
@@ -429,6 +432,8 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
           lambda: _http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 90, pid, log)
     done()
 
+    if state.node:
+        return  # Ray runs in real pods: the Ray pod runner is for kwok-only environments
     done = step("ray pod runner")
     ready_file = d / "raypods.ready"
     ready_file.unlink(missing_ok=True)

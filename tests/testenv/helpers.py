@@ -301,6 +301,18 @@ class TestEnv:
         return wait_for(running, timeout, interval=1, what=f"Serve app {app} RUNNING")
 
 
+def drop_namespace(env: TestEnv, name: str) -> None:
+    """Delete the namespace and wait until its pods are gone: real pods take real memory (a
+    Ray head about 700 MB). The test is over, so its pods are not given their grace period (a
+    Ray container takes all of its 30 s on SIGTERM): the namespace's deletion has stopped
+    their owners, and a second delete with grace 0 shortens the first one."""
+    env.core.delete_namespace(name)
+    with contextlib.suppress(Exception):
+        env.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    wait_for(lambda: not env.core.list_namespaced_pod(name).items, timeout=180,
+             what=f"pods of namespace {name} gone")
+
+
 class EnvUnavailable(Exception):
     """The test environment is not built or could not be started (the message says why)."""
 
