@@ -307,6 +307,12 @@ class Daemon:
         self.statuses.configure(snapshot, cache)
         try:
             desired = desired_from(snapshot, self.settings.overrides, self._memo)
+            if trigger == "commit":  # once per revision, not on every drift or deletion pass
+                for warning in desired.result.warnings:
+                    log.warning("%s: %s: warning: %s", sha[:7], warning.location,
+                                warning.message)
+            # refused against live state too (a cluster change under upgradeStrategy None)
+            plan, live = live_plan(self.kube, desired)
         except ValidationError as e:
             self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()
@@ -315,10 +321,6 @@ class Daemon:
             first = str(e.diagnostics[0]) if e.diagnostics else ""
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
-        if trigger == "commit":  # once per revision, not on every drift or deletion pass
-            for warning in desired.result.warnings:
-                log.warning("%s: %s: warning: %s", sha[:7], warning.location, warning.message)
-        plan, live = live_plan(self.kube, desired)
         self.state.update(next_deletion=earliest_deadline(live))
         progress = self.wiring.progress(desired.config)
         records = progress.list()
