@@ -1,16 +1,20 @@
 """``gitray status``: per workload, the synced revision, the running step, the active and
-pending clusters and Serve's health. I/O (reads records, live state and dashboards).
+pending clusters and its health (gitray.plans.health): a RayCluster's state and pods, a RayJob's
+latest run, a RayCronJob's schedule and runs, each Serve application of a RayService. I/O
+(reads records, live state, the RayCronJobs' runs and dashboards).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gitray.core.errors import GitrayError
-from gitray.core.model import Kind, ObjectKey
+from gitray.core.model import API_VERSION_RAY, Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube
+from gitray.plans.health import CRONJOB_LABEL, serve_health, workload_health
 from gitray.plans.rayservice import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
@@ -25,7 +29,7 @@ class StatusRow:
     step: str
     active: str = "-"
     pending: str = "-"
-    serve: str = "-"
+    health: str = "-"
     reason: str = ""
 
 
@@ -51,8 +55,20 @@ def _serve_health(resolver: Resolver, namespace: str, cluster: str) -> str:
             apps = client.applications().get("applications") or {}
     except GitrayError as e:
         return f"unknown ({e})"[:60]
-    running = sum(1 for a in apps.values() if (a or {}).get("status") == "RUNNING")
-    return f"{running}/{len(apps)} RUNNING"
+    return serve_health(apps)
+
+
+def _cron_runs(kube: Kube, namespaces: set[str]) -> list[dict[str, Any]]:
+    """The RayJobs KubeRay started for RayCronJobs: one LIST per namespace that has any."""
+    runs: list[dict[str, Any]] = []
+    for ns in sorted(namespaces):
+        try:
+            items, _ = kube.list(API_VERSION_RAY, Kind.RAY_JOB.value, namespace=ns,
+                                 label_selector=CRONJOB_LABEL)
+        except GitrayError:
+            continue  # health is display only; the row still shows what gitray knows
+        runs.extend(items)
+    return runs
 
 
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
@@ -61,12 +77,15 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                                                _NoFence()).list()}
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
+    runs = _cron_runs(kube, {k.namespace for k in keys if k.kind == Kind.RAY_CRON_JOB})
     rows = []
     for key in keys:
         record = records.get(key)
         row = StatusRow(key, record.revision[:12] if record else "-",
                         record.state.value if record else "never applied",
                         _step(record) if record else "-",
+                        health=workload_health(key.kind, live.owned_by(key),
+                                               [r for r in runs if _in(r, key.namespace)]),
                         reason=record.reason if record else "")
         if key.kind == Kind.RAY_SERVICE:
             rs = read_rayservice_live(live.owned_by(key))
@@ -78,9 +97,13 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
     return rows
 
 
+def _in(item: dict[str, Any], namespace: str) -> bool:
+    return bool((item.get("metadata") or {}).get("namespace") == namespace)
+
+
 def render_status(rows: list[StatusRow]) -> str:
-    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "SERVE")
-    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.serve)
+    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "HEALTH")
+    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.health)
                         for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
