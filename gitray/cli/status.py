@@ -7,14 +7,13 @@ latest run, a RayCronJob's schedule and runs, each Serve application of a RaySer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gitray.core.errors import GitrayError
-from gitray.core.model import API_VERSION_RAY, Kind, ObjectKey
+from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
+from gitray.engine.health import health_by_workload
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube
-from gitray.plans.health import CRONJOB_LABEL, serve_health, workload_health
 from gitray.plans.rayservice import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
@@ -49,56 +48,25 @@ def _step(record: Record) -> str:
     return f"{min(record.cursor, total)}/{total}"
 
 
-def _serve_health(resolver: Resolver, namespace: str, cluster: str) -> str:
-    try:
-        with resolver.serve_client(namespace, cluster) as client:
-            apps = client.applications().get("applications") or {}
-    except GitrayError as e:
-        return f"unknown ({e})"[:60]
-    return serve_health(apps)
-
-
-def _cron_runs(kube: Kube, namespaces: set[str]) -> list[dict[str, Any]]:
-    """The RayJobs KubeRay started for RayCronJobs: one LIST per namespace that has any."""
-    runs: list[dict[str, Any]] = []
-    for ns in sorted(namespaces):
-        try:
-            items, _ = kube.list(API_VERSION_RAY, Kind.RAY_JOB.value, namespace=ns,
-                                 label_selector=CRONJOB_LABEL)
-        except GitrayError:
-            continue  # health is display only; the row still shows what gitray knows
-        runs.extend(items)
-    return runs
-
-
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
     records = {r.key: r for r in ProgressStore(kube, lease_namespace, desired.config.instance,
                                                _NoFence()).list()}
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
-    runs = _cron_runs(kube, {k.namespace for k in keys if k.kind == Kind.RAY_CRON_JOB})
+    health = health_by_workload(kube, resolver, keys, live)
     rows = []
     for key in keys:
         record = records.get(key)
-        row = StatusRow(key, record.revision[:12] if record else "-",
-                        record.state.value if record else "never applied",
-                        _step(record) if record else "-",
-                        health=workload_health(key.kind, live.owned_by(key),
-                                               [r for r in runs if _in(r, key.namespace)]),
-                        reason=record.reason if record else "")
+        active = pending = "-"
         if key.kind == Kind.RAY_SERVICE:
             rs = read_rayservice_live(live.owned_by(key))
-            active = rs.active or "-"
-            serve = _serve_health(resolver, key.namespace, rs.active) if rs.active else "-"
-            row = StatusRow(row.key, row.revision, row.state, row.step, active,
-                            ",".join(sorted(rs.pending())) or "-", serve, row.reason)
-        rows.append(row)
+            active, pending = rs.active or "-", ",".join(sorted(rs.pending())) or "-"
+        rows.append(StatusRow(key, record.revision[:12] if record else "-",
+                              record.state.value if record else "never applied",
+                              _step(record) if record else "-", active, pending, health[key],
+                              record.reason if record else ""))
     return rows
-
-
-def _in(item: dict[str, Any], namespace: str) -> bool:
-    return bool((item.get("metadata") or {}).get("namespace") == namespace)
 
 
 def render_status(rows: list[StatusRow]) -> str:

@@ -46,8 +46,9 @@ from gitray.daemon.metrics import Metrics
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
-from gitray.engine.apply import Desired, desired_from, live_plan, resumable
+from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
@@ -377,10 +378,23 @@ class Daemon:
         first = before.synced != sha
         self.metrics.synced(sha)
         if first:
+            health = self._health(desired)
             for w in desired.workloads:
-                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}")
+                line = health.get(w.key, "-")
+                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
+                                 + (f": {line}" if line != "-" else ""))
             self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "
                              f"sync at {sha[:7]}")
+
+    def _health(self, desired: Desired) -> dict[ObjectKey, str]:
+        """Each workload's health line for its success status (best effort: display only)."""
+        try:
+            live = read_live(self.kube, desired)
+            return health_by_workload(self.kube, self.wiring.resolver,
+                                      [w.key for w in desired.workloads], live)
+        except GitrayError as e:
+            log.info("health for the commit statuses not read: %s", e)
+            return {}
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
         return step_reporter(sha, self.post_status, self.metrics, self.events, self._stopping)

@@ -72,7 +72,7 @@ def test_upgrade_none_refuses_an_image_change_and_deploys_serve_in_place(
     refused = _apply(gitray, repo)
     assert refused.returncode == 1, output(refused)
     assert refused.stderr.startswith(
-        f"{MANIFEST}:1:1: spec.upgradeStrategy.type: None: spec.rayClusterConfig.headGroupSpec"
+        f"{MANIFEST}:2:1: spec.upgradeStrategy.type: None: spec.rayClusterConfig.headGroupSpec"
         ".template.spec.containers[ray-head].image ('rayproject/ray:2.60.0' -> "
         f"'{OTHER_IMAGE}')"), output(refused)
     assert f"cannot be applied in place to the running cluster {cluster}" in refused.stderr
