@@ -6,7 +6,8 @@
   requests through the Service's ClusterIP on the template's port.
 - ``excludeHeadPodFromServeSvc: true``: the serve Service's endpoints are the Ray worker pods
   (real Serve proxies on real workers), never the head.
-- ``managedBy`` another controller: gitray leaves the RayService alone.
+- ``managedBy`` another controller: gitray leaves the RayService (and what it made for it
+  before) alone.
 - A RayCronJob applied by gitray runs on its schedule (KubeRay's RayCronJob feature gate).
 """
 
@@ -23,7 +24,6 @@ from tests.integration.gitops import (
     HELLO,
     GitOpsRepo,
     Gitray,
-    example_rayservice,
     output,
     real_node_rayservice,
 )
@@ -165,19 +165,19 @@ def test_exclude_head_pod_from_serve_svc_selects_only_the_ray_workers(
 
 
 def test_a_rayservice_managed_by_another_controller_is_left_alone(
-        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
-    ns = namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
+        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """gitray ran it first; handed over to MultiKueue (and changed), it is never touched."""
+    ns = node_namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
     repo.commit("ours first", {"gitray.yaml": gitray_config("10s", ns),
-                               MANIFEST: dump(example_rayservice(ns))})
+                               MANIFEST: dump(real_node_rayservice(ns))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
-    before = _what_gitray_owns(testenv, ns)
+    before = _what_gitray_owns(realnode, ns)
     assert len(before["clusters"]) == 1
 
-    theirs = example_rayservice(ns, image="rayproject/ray:2.61.0",
-                                serve=serve_config(GREETER, CALC, HELLO))
-    theirs["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    theirs = real_node_rayservice(ns, OTHER_IMAGE, serve_config(GREETER, CALC, HELLO),
+                                  managedBy="kueue.x-k8s.io/multikueue")
     repo.commit("handed to MultiKueue, then changed", {MANIFEST: dump(theirs)})
     note = ("spec.managedBy is 'kueue.x-k8s.io/multikueue': managed by another controller, so "
             "gitray leaves it alone: nothing is created, changed or deleted (3 object(s) gitray "
@@ -187,7 +187,7 @@ def test_a_rayservice_managed_by_another_controller_is_left_alone(
     assert note in plan.stdout, output(plan)
     again = _apply(gitray, repo)
     assert again.returncode == 0 and note in again.stdout, output(again)
-    assert _what_gitray_owns(testenv, ns) == before
+    assert _what_gitray_owns(realnode, ns) == before
 
 
 def _cron_job(ns: str) -> dict[str, Any]:
@@ -235,8 +235,8 @@ def test_a_raycronjob_applied_by_gitray_runs_on_schedule(
     pruned = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert pruned.returncode == 0, output(pruned)
     wait_for(lambda: not testenv.custom.list_namespaced_custom_object(
-        "ray.io", "v1", ns, "raycronjobs")["items"], 30, what="RayCronJob pruned")
-    wait_for(lambda: not runs(), 60, what="its runs garbage-collected")
+        "ray.io", "v1", ns, "raycronjobs")["items"], 180, what="RayCronJob pruned")
+    wait_for(lambda: not runs(), 180, what="its runs garbage-collected")
 
 
 def _with_status(env: TestEnv, ns: str) -> dict[str, Any] | None:
