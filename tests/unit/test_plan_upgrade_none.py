@@ -81,6 +81,15 @@ CASES = [
          lambda: live(BASE),
          [(T.UPDATE_CLUSTER, A), (T.DEPLOY_SERVE, A), (T.WAIT_SERVE_RUNNING, A)],
          Action.UPDATE),
+    Case("an old cluster whose deletion is due is still deleted",
+         BASE, lambda: with_objects(live(BASE), cluster_for(
+             rayservice(image=OTHER_IMAGE), delete_after="2026-11-30T11:59:00Z")),
+         [(T.DELETE_CLUSTER, cname(rayservice(image=OTHER_IMAGE)))], Action.UPDATE),
+    Case("under in-tree autoscaling an appended group is added, replicas stay the autoscaler's",
+         rayservice(image=IMAGE, upgrade="None", autoscaling=True, extra_groups=("gpu",)),
+         lambda: live(rayservice(image=IMAGE, upgrade="None", autoscaling=True)),
+         [(T.UPDATE_CLUSTER, cname(rayservice(image=IMAGE, autoscaling=True)))],
+         Action.UPDATE),
     Case("a pending cluster from an earlier NewCluster upgrade is abandoned, none is built",
          BASE, lambda: with_objects(live(BASE), cluster_for(rayservice(image=OTHER_IMAGE))),
          [(T.CANCEL_UPGRADE, cname(rayservice(image=OTHER_IMAGE)))], Action.UPDATE),
@@ -94,6 +103,13 @@ def test_upgrade_none_plans(case: Case) -> None:
     assert wp.action is case.action
     assert not any(t is T.CREATE_CLUSTER for t, _ in steps(wp)) or case.live().objects == ()
     assert not any(t is T.SWITCH_SERVICE for t, _ in steps(wp))
+
+
+def test_an_autoscaled_appended_group_keeps_the_live_replicas() -> None:
+    grown = rayservice(image=IMAGE, upgrade="None", autoscaling=True, extra_groups=("gpu",))
+    (update,) = one(plan_of((grown,), live(rayservice(image=IMAGE, upgrade="None",
+                                                      autoscaling=True)))).steps
+    assert update.params["preserveLiveReplicas"] is True
 
 
 def test_the_appended_group_is_applied_under_the_running_clusters_name_and_then_converges(
