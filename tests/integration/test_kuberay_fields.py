@@ -205,7 +205,10 @@ def test_a_raycronjob_applied_by_gitray_runs_on_schedule(
     status shows the schedule and the runs; removing it from Git prunes it and its runs."""
     ns = namespace
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
+    keep = {"apiVersion": "v1", "kind": "ConfigMap",  # so the revision without it is not empty
+            "metadata": {"name": "settings", "namespace": ns}, "data": {"k": "v"}}
     repo.commit("nightly", {"gitray.yaml": gitray_config("10s", ns),
+                            "jobs/settings.yaml": dump(keep),
                             "jobs/cron.yaml": dump(_cron_job(ns))})
     applied = _apply(gitray, repo)
     assert applied.returncode == 0, output(applied)
@@ -239,6 +242,8 @@ def test_a_raycronjob_applied_by_gitray_runs_on_schedule(
     repo.commit("removed", {"jobs/cron.yaml": None})
     pruned = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert pruned.returncode == 0, output(pruned)
+    assert "delete-object every-minute: done (RayCronJob every-minute deleted)" in pruned.stdout, \
+        output(pruned)
     wait_for(lambda: not testenv.custom.list_namespaced_custom_object(
         "ray.io", "v1", ns, "raycronjobs")["items"], 180, what="RayCronJob pruned")
     wait_for(lambda: not runs(), 180, what="its runs garbage-collected")
