@@ -1,5 +1,7 @@
 """``gitray status``: per workload, the synced revision, the running step, the active and
-pending clusters and Serve's health. I/O (reads records, live state and dashboards).
+pending clusters and its health (gitray.plans.health): a RayCluster's state and pods, a RayJob's
+latest run, a RayCronJob's schedule and runs, each Serve application of a RayService. I/O
+(reads records, live state, the RayCronJobs' runs and dashboards).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from gitray.core.errors import GitrayError
 from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
+from gitray.engine.health import health_by_workload
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube
 from gitray.plans.rayservice import read_rayservice_live
@@ -25,7 +28,7 @@ class StatusRow:
     step: str
     active: str = "-"
     pending: str = "-"
-    serve: str = "-"
+    health: str = "-"
     reason: str = ""
 
 
@@ -45,42 +48,30 @@ def _step(record: Record) -> str:
     return f"{min(record.cursor, total)}/{total}"
 
 
-def _serve_health(resolver: Resolver, namespace: str, cluster: str) -> str:
-    try:
-        with resolver.serve_client(namespace, cluster) as client:
-            apps = client.applications().get("applications") or {}
-    except GitrayError as e:
-        return f"unknown ({e})"[:60]
-    running = sum(1 for a in apps.values() if (a or {}).get("status") == "RUNNING")
-    return f"{running}/{len(apps)} RUNNING"
-
-
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
     records = {r.key: r for r in ProgressStore(kube, lease_namespace, desired.config.instance,
                                                _NoFence()).list()}
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
+    health = health_by_workload(kube, resolver, keys, live)
     rows = []
     for key in keys:
         record = records.get(key)
-        row = StatusRow(key, record.revision[:12] if record else "-",
-                        record.state.value if record else "never applied",
-                        _step(record) if record else "-",
-                        reason=record.reason if record else "")
+        active = pending = "-"
         if key.kind == Kind.RAY_SERVICE:
             rs = read_rayservice_live(live.owned_by(key))
-            active = rs.active or "-"
-            serve = _serve_health(resolver, key.namespace, rs.active) if rs.active else "-"
-            row = StatusRow(row.key, row.revision, row.state, row.step, active,
-                            ",".join(sorted(rs.pending())) or "-", serve, row.reason)
-        rows.append(row)
+            active, pending = rs.active or "-", ",".join(sorted(rs.pending())) or "-"
+        rows.append(StatusRow(key, record.revision[:12] if record else "-",
+                              record.state.value if record else "never applied",
+                              _step(record) if record else "-", active, pending, health[key],
+                              record.reason if record else ""))
     return rows
 
 
 def render_status(rows: list[StatusRow]) -> str:
-    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "SERVE")
-    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.serve)
+    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "HEALTH")
+    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.health)
                         for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

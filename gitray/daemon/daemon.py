@@ -46,8 +46,9 @@ from gitray.daemon.metrics import Metrics
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
-from gitray.engine.apply import Desired, desired_from, live_plan, resumable
+from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
@@ -307,6 +308,12 @@ class Daemon:
         self.statuses.configure(snapshot, cache)
         try:
             desired = desired_from(snapshot, self.settings.overrides, self._memo)
+            if trigger == "commit":  # once per revision, not on every drift or deletion pass
+                for warning in desired.result.warnings:
+                    log.warning("%s: %s: warning: %s", sha[:7], warning.location,
+                                warning.message)
+            # refused against live state too (a cluster change under upgradeStrategy None)
+            plan, live = live_plan(self.kube, desired)
         except ValidationError as e:
             self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()
@@ -315,10 +322,6 @@ class Daemon:
             first = str(e.diagnostics[0]) if e.diagnostics else ""
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
-        if trigger == "commit":  # once per revision, not on every drift or deletion pass
-            for warning in desired.result.warnings:
-                log.warning("%s: %s: warning: %s", sha[:7], warning.location, warning.message)
-        plan, live = live_plan(self.kube, desired)
         self.state.update(next_deletion=earliest_deadline(live))
         progress = self.wiring.progress(desired.config)
         records = progress.list()
@@ -375,10 +378,23 @@ class Daemon:
         first = before.synced != sha
         self.metrics.synced(sha)
         if first:
+            health = self._health(desired)
             for w in desired.workloads:
-                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}")
+                line = health.get(w.key, "-")
+                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
+                                 + (f": {line}" if line != "-" else ""))
             self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "
                              f"sync at {sha[:7]}")
+
+    def _health(self, desired: Desired) -> dict[ObjectKey, str]:
+        """Each workload's health line for its success status (best effort: display only)."""
+        try:
+            live = read_live(self.kube, desired)
+            return health_by_workload(self.kube, self.wiring.resolver,
+                                      [w.key for w in desired.workloads], live)
+        except GitrayError as e:
+            log.info("health for the commit statuses not read: %s", e)
+            return {}
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
         return step_reporter(sha, self.post_status, self.metrics, self.events, self._stopping)

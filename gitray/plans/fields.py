@@ -23,8 +23,11 @@ __all__ = [
     "KUBERAY_MANAGER",
     "REFUSED",
     "UPGRADE_NEW_CLUSTER",
+    "UPGRADE_NONE",
+    "foreign_manager",
     "refused_fields",
     "refused_path",
+    "upgrade_type",
 ]
 
 UPGRADE_NEW_CLUSTER = "NewCluster"
@@ -43,12 +46,16 @@ HANDLED: Mapping[str, str] = {
     "rayClusterDeletionDelaySeconds": "how long an old cluster is kept after the switch "
                                       "(over rayService.deletionDelay)",
     "upgradeStrategy": f"type {UPGRADE_NEW_CLUSTER} (the default) is gitray's blue-green "
-                       "upgrade; other types are refused",
+                       f"upgrade; {UPGRADE_NONE} never builds a new cluster: Serve changes, "
+                       "replicas and appended worker groups apply in place to the active "
+                       "cluster, any other cluster change is refused at plan time "
+                       f"(gitray.plans.inplace); {UPGRADE_INCREMENTAL} is refused",
     "excludeHeadPodFromServeSvc": "true: the serve Service selects only worker pods with a "
                                   "healthy Serve proxy (ray.io/node-type=worker), as KubeRay "
                                   "does; refused when the cluster has no worker group",
-    "managedBy": f"absent or {KUBERAY_MANAGER} (gitray does that controller's job); other "
-                 "managers are refused",
+    "managedBy": f"absent or {KUBERAY_MANAGER} (gitray does that controller's job); another "
+                 "manager's RayService is left alone: its plan is a no-op that says so and "
+                 "gitray never touches its objects",
     "serveService": "the serve Service follows the template (name, labels, annotations, type, "
                     "ports, ...) and gitray owns its selector (gitray.plans.serveservice)",
     "serviceUnhealthySecondThreshold": _DEPRECATED,
@@ -85,12 +92,21 @@ def _refusals(spec: Mapping[str, Any]) -> Iterator[tuple[JsonPath, str]]:
                "spec.excludeHeadPodFromServeSvc: true leaves the serve Service without any pod: "
                "rayClusterConfig has no workerGroupSpecs; add a worker group or remove it")
     yield from _cluster_config(spec.get("rayClusterConfig"))
+
+
+def foreign_manager(spec: Mapping[str, Any]) -> str | None:
+    """The other controller a RayService's ``spec.managedBy`` hands it to (None: gitray's)."""
     manager = spec.get("managedBy")
-    if manager is not None and manager != KUBERAY_MANAGER:
-        yield (("spec", "managedBy"),
-               f"spec.managedBy {manager!r} is not supported: gitray runs this RayService "
-               f"itself, so it must not be managed by another controller; remove managedBy "
-               f"(or set {KUBERAY_MANAGER!r}), or exclude the file from gitray")
+    if isinstance(manager, str) and manager != KUBERAY_MANAGER:
+        return manager
+    return None
+
+
+def upgrade_type(spec: Mapping[str, Any]) -> str:
+    """``spec.upgradeStrategy.type``, defaulting to NewCluster as KubeRay does."""
+    strategy = spec.get("upgradeStrategy")
+    kind = strategy.get("type") if isinstance(strategy, Mapping) else None
+    return kind if isinstance(kind, str) else UPGRADE_NEW_CLUSTER
 
 
 def _cluster_config(config: object) -> Iterator[tuple[JsonPath, str]]:
@@ -117,12 +133,7 @@ def _upgrade_strategy(strategy: object) -> Iterator[tuple[JsonPath, str]]:
             f"spec.upgradeStrategy.type: {UPGRADE_INCREMENTAL} is not supported: gitray would "
             "switch all traffic at once (blue-green) instead of shifting it step by step; use "
             f"{UPGRADE_NEW_CLUSTER} (or remove upgradeStrategy) to accept that")
-    elif kind == UPGRADE_NONE:
-        yield where, (
-            f"spec.upgradeStrategy.type: {UPGRADE_NONE} is not supported yet: gitray always "
-            "builds a new cluster for a cluster change and would not leave it alone; use "
-            f"{UPGRADE_NEW_CLUSTER} (or remove upgradeStrategy)")
-    elif kind is not None and kind != UPGRADE_NEW_CLUSTER:
+    elif kind is not None and kind not in {UPGRADE_NEW_CLUSTER, UPGRADE_NONE}:
         yield where, (
             f"spec.upgradeStrategy.type {kind!r} is not an upgrade type: write "
             f"{UPGRADE_NEW_CLUSTER}, {UPGRADE_INCREMENTAL} or {UPGRADE_NONE}")

@@ -126,10 +126,12 @@ def cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
     }
 
 
-def service_cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
-    """The RayCluster ``<service>-<hash>`` materialising a RayService's rayClusterConfig."""
+def service_cluster_manifest(workload: Workload, instance: str,
+                             name: str | None = None) -> dict[str, Any]:
+    """The RayCluster ``<service>-<hash>`` materialising a RayService's rayClusterConfig
+    (``name``: an existing cluster updated in place under ``upgradeStrategy.type: None``)."""
     config = copy.deepcopy(dict(workload.spec.get("rayClusterConfig") or {}))
-    name = service_cluster_name(workload.key.name, config)
+    name = name or service_cluster_name(workload.key.name, config)
     meta = _metadata(
         _wave_only(workload), name, workload.key, instance, Role.SERVICE_CLUSTER,
         {ANN_CLUSTER_HASH: cluster_hash(config), ANN_SPEC_HASH: cluster_spec_hash(config)},

@@ -12,6 +12,7 @@ from typing import Any
 
 from gitray.core.config import Config
 from gitray.core.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
+from gitray.plans.fields import foreign_manager
 from gitray.plans.manifests import (
     cluster_manifest,
     job_manifest,
@@ -36,6 +37,8 @@ def as_live(manifest: Mapping[str, Any], status: Mapping[str, Any] | None = None
 def materialize(workloads: Sequence[Workload], config: Config) -> LiveState:
     objects: list[LiveObject] = []
     for w in workloads:
+        if w.key.kind == Kind.RAY_SERVICE and foreign_manager(w.spec) is not None:
+            continue  # another controller's: gitray made nothing for it
         if w.key.kind == Kind.RAY_SERVICE:
             cluster = service_cluster_manifest(w, config.instance)
             serve = parse_serve_config(str(w.spec.get("serveConfigV2") or ""))

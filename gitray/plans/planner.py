@@ -5,6 +5,10 @@ supporting objects before Ray workloads, then RayClusters, RayServices, RayJobs,
 namespace and name. Removed workloads are pruned after everything that is applied in their
 wave, Ray workloads before the supporting objects they may use.
 
+A workload Git asks for something the live state makes impossible (a cluster change under
+``upgradeStrategy.type: None``) fails the whole plan with a ``ValidationError``, as an invalid
+revision does: nothing is applied.
+
 Safety rules: a revision with no workloads never prunes (unless ``allowEmpty``); objects in a
 namespace outside ``allowedNamespaces`` are never touched; ``prune: false`` keeps removed
 workloads and says so.
@@ -16,7 +20,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gitray.core.config import Config
-from gitray.core.model import Kind, LiveState, ObjectKey, Workload
+from gitray.core.errors import ValidationError
+from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
@@ -71,8 +76,15 @@ def compute_plan(
             notes.append(f"{key} is outside allowedNamespaces: left alone")
             removed.remove(key)
 
-    plans = [_plan_one(key, by_key.get(key), live, config, now, exact)
-             for key in sorted(keys | set(removed))]
+    plans: list[WorkloadPlan] = []
+    refused: list[Diagnostic] = []
+    for key in sorted(keys | set(removed)):
+        try:
+            plans.append(_plan_one(key, by_key.get(key), live, config, now, exact))
+        except ValidationError as e:  # refused against live state (upgradeStrategy None)
+            refused.extend(e.diagnostics)
+    if refused:  # all-or-nothing, like an invalid revision: every problem at once
+        raise ValidationError(sorted(refused))
     plans.sort(key=order_key)
     basis = tuple(sorted(
         BasisObject(o.kind, o.namespace, o.name, o.resource_version)

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gitray.core.config import Config
+from gitray.core.errors import ValidationError
 from gitray.core.model import (
     ANN_DELETE_AFTER,
     ANN_FAILED,
     ANN_SERVE_CONFIG_HASH,
     ANN_SPEC_HASH,
+    Diagnostic,
     Kind,
     LiveObject,
     ObjectKey,
@@ -31,6 +33,8 @@ from gitray.core.model import (
 )
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
+from gitray.plans.fields import UPGRADE_NONE, foreign_manager, upgrade_type
+from gitray.plans.inplace import InPlace, judge_in_place, live_cluster_hash, refusal_message
 from gitray.plans.manifests import (
     serves_from_workers_only,
     service_cluster_manifest,
@@ -233,6 +237,8 @@ def plan_rayservice(
     exact: bool,
 ) -> WorkloadPlan:
     live = read_rayservice_live(owned)
+    if workload is not None and (manager := foreign_manager(workload.spec)) is not None:
+        return _left_alone(key, workload, manager, owned)
     if workload is None:
         return _plan_removal(key, live, owned)
     ctx = _Ctx(workload, live, config, now, exact)
@@ -241,19 +247,22 @@ def plan_rayservice(
     serve_hash = serve_config_hash(serve)
     target = service_cluster_name(key.name, cluster_config)
     desired_hash = f"{cluster_hash(cluster_config)[:16]}.{serve_hash}"
+    running = live.clusters[live.active] if live.active is not None else None
 
-    if live.active is None:
+    if running is None:
         action = _first_rollout(ctx, target, serve, serve_hash)
-    elif live.active == target:
-        action = _same_cluster(ctx, target, cluster_config, serve, serve_hash)
+    elif upgrade_type(workload.spec) == UPGRADE_NONE:
+        action = _in_place_only(ctx, running, cluster_config, serve, serve_hash)
+    elif live.active == target or live_cluster_hash(running) == cluster_hash(cluster_config):
+        # (the second: a cluster grown in place under upgradeStrategy None keeps its name)
+        action = _same_cluster(ctx, running.name, cluster_config, serve, serve_hash)
     elif target in live.previous():
         action = _instant_rollback(ctx, target, serve, serve_hash)
     else:
         action = _blue_green(ctx, target, serve, serve_hash)
     changes: tuple[FieldChange, ...] = ()
-    if live.active is not None and live.active != target:
-        active = live.clusters[live.active]
-        changes = ctx.changes(cluster_config, active, "spec.rayClusterConfig")
+    if running is not None and live_cluster_hash(running) != cluster_hash(cluster_config):
+        changes = ctx.changes(cluster_config, running, "spec.rayClusterConfig")
     return WorkloadPlan(
         key=key, action=action if ctx.steps else Action.NOOP, wave=workload.wave,
         steps=ctx.steps.build(), source=workload.source, desired_hash=desired_hash,
@@ -298,19 +307,22 @@ def _first_rollout(ctx: _Ctx, target: str, serve: Mapping[str, object],
 
 
 def _same_cluster(ctx: _Ctx, target: str, cluster_config: Mapping[str, object],
-                  serve: Mapping[str, object], serve_hash: str) -> Action:
-    """The active cluster matches Git's cluster spec: in-place changes only."""
+                  serve: Mapping[str, object], serve_hash: str,
+                  grown: str | None = None) -> Action:
+    """The active cluster matches Git's cluster spec (or only ``grown`` by appended worker
+    groups): in-place changes only."""
     active = ctx.live.clusters[target]
     ctx.abandon_pending(keep=None, revert=True)
     ctx.cleanup_previous()
     drift = subset_changes(_replica_view(cluster_config), _replica_view(active.spec), "spec")
-    if active.annotations.get(ANN_SPEC_HASH) != cluster_spec_hash(cluster_config) or drift:
-        manifest = service_cluster_manifest(ctx.workload, ctx.config.instance)
+    if (grown or drift
+            or active.annotations.get(ANN_SPEC_HASH) != cluster_spec_hash(cluster_config)):
+        manifest = service_cluster_manifest(ctx.workload, ctx.config.instance, target)
         auto = autoscaling_enabled(cluster_config)
         ctx.steps.add(
             StepType.UPDATE_CLUSTER, target,
             {"manifest": manifest, "preserveLiveReplicas": auto},
-            "replicas changed: update the active cluster in place"
+            (grown or "replicas changed: update the active cluster in place")
             + (" (the autoscaler keeps owning replicas)" if auto else ""),
         )
     if active.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
@@ -318,6 +330,33 @@ def _same_cluster(ctx: _Ctx, target: str, cluster_config: Mapping[str, object],
                             f"Serve config changed: send it to the active cluster {target}")
     ctx.point_services(target)
     return Action.UPDATE
+
+
+def _in_place_only(ctx: _Ctx, running: LiveObject, cluster_config: Mapping[str, object],
+                   serve: Mapping[str, object], serve_hash: str) -> Action:
+    """``upgradeStrategy.type: None``: the active cluster is the only one, changed in place as
+    KubeRay would change it (gitray.plans.inplace); any other cluster change is refused."""
+    verdict = judge_in_place(cluster_config, running, ctx.exact)
+    if verdict.kind is InPlace.REFUSED:
+        raise ValidationError([Diagnostic(ctx.workload.source,
+                                          refusal_message(running.name, verdict))])
+    ctx.notes.append(f"upgradeStrategy None: no new cluster; {running.name} is changed in place")
+    grown = None
+    if verdict.kind is InPlace.APPENDED:
+        grown = ("worker group(s) appended: " + ", ".join(verdict.appended)
+                 + f" (in place on {running.name}, as KubeRay does)")
+    return _same_cluster(ctx, running.name, cluster_config, serve, serve_hash, grown)
+
+
+def _left_alone(key: ObjectKey, workload: Workload, manager: str,
+                owned: tuple[LiveObject, ...]) -> WorkloadPlan:
+    """``spec.managedBy`` names another controller: gitray never touches this RayService."""
+    kept = f" ({len(owned)} object(s) gitray made before are kept as they are)" if owned else ""
+    return WorkloadPlan(
+        key=key, action=Action.NOOP, wave=workload.wave, source=workload.source,
+        notes=(f"spec.managedBy is {manager!r}: managed by another controller, so gitray "
+               f"leaves it alone: nothing is created, changed or deleted{kept}",),
+    )
 
 
 def _replica_view(spec: Mapping[str, object]) -> dict[str, object]:

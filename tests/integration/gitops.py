@@ -45,6 +45,27 @@ def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
 # (the environment imports the locally built Ray image under both names).
 NEW_IMAGE = "localhost/gitray-ray:2.60.0"
 
+
+def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
+                         serve: str | None = None, workers: int = 1,
+                         name: str = "serve-demo", **spec: Any) -> dict[str, Any]:
+    """The examples-repo RayService sized for the real node (tests.testenv.helpers'
+    real_raycluster_spec: small requests, so two clusters fit side by side), with ``image`` on
+    every Ray container, ``serve`` as its Serve config (default greeter + calc) and ``spec``'s
+    extra RayService fields (upgradeStrategy, serveService, ...)."""
+    from tests.manifests import serve_config
+    from tests.testenv.helpers import real_raycluster_spec
+
+    doc = example_rayservice(namespace, name=name)
+    doc["spec"]["serveConfigV2"] = serve or serve_config(GREETER, CALC)
+    cluster = real_raycluster_spec(workers=workers)
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        group["template"]["spec"]["containers"][0]["image"] = image
+    doc["spec"]["rayClusterConfig"] = cluster
+    doc["spec"].update(copy.deepcopy(spec))
+    return doc
+
+
 GREETER = ("greeter", "/greet", "serve_apps.greeter:app")
 CALC = ("calc", "/calc", "serve_apps.calc:app")
 HELLO = ("hello", "/hello", "hello:app")

@@ -88,6 +88,9 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     wait_for(lambda: notes(bare, first).get("gitray", {}).get("state") == "success" or None,
              timeout=30)
     assert notes(bare, first)[context]["state"] == "success"
+    # the final status carries the workload's health: each Serve application's status
+    assert notes(bare, first)[context]["description"] == f"in sync at {first[:7]}: " \
+        "greeter RUNNING"
     history = note_lines(bare, first)
     assert any(r["context"] == context and r["state"] == "pending"
                and r["description"].startswith("step 4/6: wait-serve-running") for r in history)

@@ -25,8 +25,8 @@ from tests.integration.gitops import (
     HELLO,
     GitOpsRepo,
     Gitray,
-    example_rayservice,
     output,
+    real_node_rayservice,
 )
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv import control, node
@@ -194,18 +194,6 @@ def test_kuberay_rayservice_controller_reaches_ready_and_serves(realnode: TestEn
     assert answer == GREETING
 
 
-def _real_node_example(ns: str, image: str, serve: str | None = None) -> dict[str, Any]:
-    """The examples-repo RayService (greeter + calc) sized for the real node: same Serve config,
-    same port names, one CPU per Ray node and small memory (two clusters fit side by side)."""
-    doc = example_rayservice(ns)
-    doc["spec"]["serveConfigV2"] = serve or serve_config(GREETER, CALC)
-    spec = real_raycluster_spec(workers=1)
-    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
-        group["template"]["spec"]["containers"][0]["image"] = image
-    doc["spec"]["rayClusterConfig"] = spec
-    return doc
-
-
 def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_back(
         realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
     """Real requests to the serve Service's ClusterIP (new connection each, fixed rate, bounded)
@@ -216,7 +204,7 @@ def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_bac
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
     manifest = "services/serve-demo.yaml"
     repo.commit("first rollout", {"gitray.yaml": gitray_config("45s", ns),
-                                  manifest: dump(_real_node_example(ns, RAY_IMAGE))})
+                                  manifest: dump(real_node_rayservice(ns, RAY_IMAGE))})
     first = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert first.returncode == 0, output(first)
     (blue,) = _rayclusters(realnode, ns)
@@ -240,14 +228,14 @@ def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_bac
         return result.stdout
 
     with_hello = serve_config(GREETER, CALC, HELLO)
-    phase("Serve-only change", lambda: apply("add hello", _real_node_example(
+    phase("Serve-only change", lambda: apply("add hello", real_node_rayservice(
         ns, RAY_IMAGE, with_hello)))
     assert _rayclusters(realnode, ns) == [blue]
-    phase("blue-green upgrade", lambda: apply("new image", _real_node_example(
+    phase("blue-green upgrade", lambda: apply("new image", real_node_rayservice(
         ns, "localhost/gitray-ray:2.60.0", with_hello)))
     green = next(n for n in _rayclusters(realnode, ns) if n != blue)
     assert _serve_selects(realnode, ns) == green
-    phase("instant rollback", lambda: apply("revert", _real_node_example(
+    phase("instant rollback", lambda: apply("revert", real_node_rayservice(
         ns, RAY_IMAGE, with_hello)))
     assert _serve_selects(realnode, ns) == blue
     assert set(_rayclusters(realnode, ns)) == {blue, green}
@@ -292,7 +280,7 @@ def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode:
                                wrapper: list[str] | None = None) -> None:
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns, mode)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
-                                  "services/serve-demo.yaml": dump(_real_node_example(
+                                  "services/serve-demo.yaml": dump(real_node_rayservice(
                                       ns, RAY_IMAGE))})
     argv = gitray.argv("apply", "--repo", str(repo.path), "--yes")
     assert argv[argv.index("--dashboard") + 1] == mode

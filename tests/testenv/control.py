@@ -427,6 +427,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         str(bin_ / "kuberay-operator"), "--metrics-addr=0", *proxy,
         f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         "--enable-leader-election=false", "--log-stdout-encoder=console",
+        "--feature-gates=RayCronJob=true",
     ], [probe_port], env={**os.environ, "KUBECONFIG": kconf})
     _wait("kuberay-operator",
           lambda: _http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 90, pid, log)

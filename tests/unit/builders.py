@@ -44,12 +44,21 @@ def _workload(kind: str, name: str, ns: str, spec: dict[str, Any],
 
 
 def rayservice(name: str = "svc", ns: str = "ray", *, serve: str | None = None,
-               wave: int = 0, deletion_delay: int | None = None,
+               wave: int = 0, deletion_delay: int | None = None, upgrade: str | None = None,
+               managed_by: str | None = None, extra_groups: tuple[str, ...] = (),
                **cluster: Any) -> Workload:
+    """A RayService; ``extra_groups`` appends worker groups (copies of ``workers``)."""
     spec: dict[str, Any] = {"serveConfigV2": serve or serve_config(),
                             "rayClusterConfig": cluster_spec(**cluster)}
+    groups = spec["rayClusterConfig"]["workerGroupSpecs"]
+    for group in extra_groups:
+        groups.append({**copy.deepcopy(groups[0]), "groupName": group})
     if deletion_delay is not None:
         spec["rayClusterDeletionDelaySeconds"] = deletion_delay
+    if upgrade is not None:
+        spec["upgradeStrategy"] = {"type": upgrade}
+    if managed_by is not None:
+        spec["managedBy"] = managed_by
     return _workload("RayService", name, ns, spec,
                      {"gitray.io/wave": str(wave)} if wave else None)
 

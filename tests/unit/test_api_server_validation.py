@@ -187,9 +187,6 @@ REFUSAL_CASES = {
         """,
         "m.yaml:20:5: spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not "
         "supported: gitray would switch all traffic at once"),
-    "upgrade type None is refused": (
-        "upgradeStrategy: {type: None}\n",
-        "m.yaml:19:21: spec.upgradeStrategy.type: None is not supported yet"),
     "an unknown upgrade type is named": (
         "upgradeStrategy: {type: Rolling}\n",
         "m.yaml:19:21: spec.upgradeStrategy.type 'Rolling' is not an upgrade type"),
@@ -205,10 +202,6 @@ REFUSAL_CASES = {
         "excludeHeadPodFromServeSvc: true\n",
         "m.yaml:19:3: spec.excludeHeadPodFromServeSvc: true leaves the serve Service without "
         "any pod"),
-    "a RayService managed by MultiKueue": (
-        "managedBy: kueue.x-k8s.io/multikueue\n",
-        "m.yaml:19:3: spec.managedBy 'kueue.x-k8s.io/multikueue' is not supported: gitray runs "
-        "this RayService itself"),
     "suspend (KubeRay v1.7) is refused by name, not as an unknown field": (
         "suspend: true\n",
         "m.yaml:19:3: spec.suspend is not supported: suspending a RayService"),
@@ -235,10 +228,13 @@ def test_a_rayservice_cluster_that_would_never_be_ready_is_refused(field: str,
 
 @pytest.mark.parametrize("extra", [
     "upgradeStrategy: {type: NewCluster}\n",
+    "upgradeStrategy: {type: None}\n",
     "excludeHeadPodFromServeSvc: false\n",
     "managedBy: ray.io/kuberay-operator\n",
+    "managedBy: kueue.x-k8s.io/multikueue\n",
     "rayClusterDeletionDelaySeconds: 5\n",
     "serviceUnhealthySecondThreshold: 900\ndeploymentUnhealthySecondThreshold: 300\n",
-], ids=["NewCluster", "head in serve svc", "kuberay manager", "deletion delay", "deprecated"])
+], ids=["NewCluster", "None (judged at plan time)", "head in serve svc", "kuberay manager",
+        "another manager (left alone at plan time)", "deletion delay", "deprecated"])
 def test_fields_gitray_honours_are_accepted(extra: str) -> None:
     assert messages(load(spec_with(extra))) == []
