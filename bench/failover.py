@@ -105,6 +105,9 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
         f"{duration}s/{deadline:g}s/{retry:g}s")
     work = OUT / "failover"
     remote = Remote.create(work / "git")
+    # a clean slate: run records and clusters of an earlier run would be resumed
+    env.kubectl("delete", "namespace", NS, LEASE_NS, "--ignore-not-found", "--wait=true",
+                "--timeout=300s", timeout=360)
     ensure_namespaces(env, [LEASE_NS, NS])
     first = remote.commit("first rollout", _files("rayproject/ray:2.60.0",
                                                   suspend=scenario != "upgrade"))

@@ -286,7 +286,8 @@ class Daemon:
             fetched = fetch_branch(self.settings.repo, self.settings.branch,
                                    cache_dir=self.settings.cache_dir)
             if self._snapshot is None or self._snapshot.revision != fetched.sha:
-                self._snapshot = read_snapshot(str(fetched.cache), fetched.sha)
+                self._snapshot = read_snapshot(str(fetched.cache), fetched.sha,
+                                               previous=self._snapshot)
             desired_from(self._snapshot, self.settings.overrides, self._memo)
         except GitrayError as e:
             log.debug("standby: could not prepare %s: %s", redact_url(self.settings.repo), e)
@@ -349,7 +350,8 @@ class Daemon:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
             self.state.update(attempted=sha)
         if self._snapshot is None or self._snapshot.revision != sha:
-            self._snapshot = read_snapshot(str(cache), sha)
+            # blobs the previous revision held are not read again
+            self._snapshot = read_snapshot(str(cache), sha, previous=self._snapshot)
         snapshot = self._snapshot
         if self.settings.allowed_signers is not None:
             try:

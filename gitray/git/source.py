@@ -71,26 +71,32 @@ def default_cache_dir(url: str) -> Path:
 
 
 def read_snapshot(
-    repo: str, revision: str | None = None, *, cache_dir: Path | None = None
+    repo: str, revision: str | None = None, *, cache_dir: Path | None = None,
+    previous: Snapshot | None = None,
 ) -> Snapshot:
-    """The files of ``repo`` at ``revision`` (None: the working tree, or a remote's HEAD)."""
+    """The files of ``repo`` at ``revision`` (None: the working tree, or a remote's HEAD).
+
+    ``previous``: a snapshot read before (e.g. the last revision synced); a file whose blob id
+    it already holds is not read again, so a revision that changed one file reads one blob.
+    """
+    reuse = previous.blob_data() if previous is not None else {}
     if is_url(repo):
         bare = _fetch(repo, cache_dir or default_cache_dir(repo))
         # the cache holds the remote's branches as local ones: "origin/main" is "main" there
         wanted = (revision or _head_branch(bare)).removeprefix("origin/")
-        return _read_revision(bare, "", wanted, redact_url(repo))
+        return _read_revision(bare, "", wanted, redact_url(repo), reuse)
     directory = Path(repo)
     if not directory.is_dir():
         raise SourceError(f"{repo}: not a directory (give a repository directory or a URL)")
     bare_repo = _open_bare(directory)
     if bare_repo is not None:
-        return _read_revision(bare_repo, "", revision or "HEAD", repo)
+        return _read_revision(bare_repo, "", revision or "HEAD", repo, reuse)
     if revision is None:
         return _read_worktree(directory, repo)
     found = _enclosing_repo(directory, repo)
     top = Path(found.working_tree_dir or directory).resolve()
     prefix = directory.resolve().relative_to(top).as_posix()
-    return _read_revision(found, "" if prefix == "." else prefix, revision, repo)
+    return _read_revision(found, "" if prefix == "." else prefix, revision, repo, reuse)
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ def resolve_revision(repo: str, revision: str) -> str:
 class _Budget:
     files: int = 0
     size: int = 0
+    blobs_read: int = 0  # blobs whose bytes came from Git (not reused)
 
     def refuse(self, size: int) -> str | None:
         if self.files >= READ_MAX_FILES:
@@ -229,7 +236,8 @@ def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
     return commit
 
 
-def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str) -> Snapshot:
+def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str,
+                   reuse: dict[str, bytes]) -> Snapshot:
     commit = _commit(found, revision, shown)
     tree = commit.tree
     if prefix:
@@ -248,13 +256,14 @@ def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str) -> S
             continue
         path = str(item.path)
         relative = path[len(prefix) + 1 :] if prefix else path
-        files.append(_read_blob(tree, item, relative, budget))
+        files.append(_read_blob(tree, item, relative, budget, reuse))
     files.sort(key=lambda f: f.path)
     label = f"{commit.hexsha[:7]} ({revision})"
-    return Snapshot(commit.hexsha, label, tuple(files))
+    return Snapshot(commit.hexsha, label, tuple(files), blobs_read=budget.blobs_read)
 
 
-def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -> RepoFile:
+def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget,
+               reuse: dict[str, bytes]) -> RepoFile:
     seen = 0
     while blob.mode == _MODE_SYMLINK:
         seen += 1
@@ -275,12 +284,18 @@ def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -
         if not isinstance(resolved, git.Blob) or resolved.mode == _MODE_SUBMODULE:
             return RepoFile(relative, None, "symlink to something that is not a file")
         blob = resolved
-    if blob.size > MAX_FILE_BYTES:
-        return RepoFile(relative, None, _too_big(blob.size))
-    refused = budget.refuse(blob.size)
+    # the id comes with the tree entry; the size would cost a request to Git per blob
+    known = reuse.get(blob.hexsha)
+    size = len(known) if known is not None else blob.size
+    if size > MAX_FILE_BYTES:
+        return RepoFile(relative, None, _too_big(size))
+    refused = budget.refuse(size)
     if refused:
         return RepoFile(relative, None, refused)
-    return RepoFile(relative, blob.data_stream.read())
+    if known is None:
+        budget.blobs_read += 1
+        known = blob.data_stream.read()
+    return RepoFile(relative, known, blob=blob.hexsha)
 
 
 # -- remote ---------------------------------------------------------------------------------
