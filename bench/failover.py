@@ -115,27 +115,31 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
              "--retry-period", str(retry)]
     count = 0
 
+    pushed = time.time()
+    started: list[SyncProc] = []
+
     def replica() -> SyncProc:
         nonlocal count
         count += 1
-        return start_sync(env, remote.bare, work, lease_ns=LEASE_NS, interval=interval,
-                          extra=extra, name=f"replica{count}")
+        sp = start_sync(env, remote.bare, work, lease_ns=LEASE_NS, interval=interval,
+                        extra=extra, name=f"replica{count}")
+        started.append(sp)
+        return sp
 
-    pushed = time.time()
-    leader = replica()
-    upgrade = first
-    if scenario == "upgrade":
-        wait_for(lambda: leader.synced() == first, 600,
-                 what="the first rollout (a real Ray head)")
-        say(f"  first rollout converged in {time.time() - pushed:.1f}s")
-        pushed = time.time()
-        upgrade = remote.commit("upgrade to a cluster that never gets ready",
-                                _files("rayproject/ray:2.60.1", suspend=True))
-    wait_for(lambda: _in_wait(leader, pushed), 120, what="the leader in step 2")
-    standby = replica()
-    standby_since = time.monotonic()
     samples: list[dict[str, Any]] = []
-    try:
+    try:  # every replica started is stopped, whatever fails
+        leader = replica()
+        upgrade = first
+        if scenario == "upgrade":
+            wait_for(lambda: leader.synced() == first, 600,
+                     what="the first rollout (a real Ray head)")
+            say(f"  first rollout converged in {time.time() - pushed:.1f}s")
+            pushed = time.time()
+            upgrade = remote.commit("upgrade to a cluster that never gets ready",
+                                    _files("rayproject/ray:2.60.1", suspend=True))
+        wait_for(lambda: _in_wait(leader, pushed), 120, what="the leader in step 2")
+        standby = replica()
+        standby_since = time.monotonic()
         for case, sig in (("handover", signal.SIGTERM), ("crash", signal.SIGKILL)):
             for i in range(runs):
                 settle = 2.0 if case == "handover" else duration + retry + 1
@@ -143,16 +147,17 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
                 assert _holder(env) == _identity(leader), "the leader is not the Lease holder"
                 s_id = _identity(standby)
                 sample = _one(env, leader, standby, s_id, sig, duration + retry)
-                sample.update(run=i + 1, case=case, revision=upgrade[:7])
+                sample.update(run=i + 1, case=case, revision=upgrade[:7],
+                              load_average=round(os.getloadavg()[0], 1))
                 samples.append(sample)
                 say(f"  {case} {i + 1}: " + ", ".join(f"{k[:-2]} {sample[k]}s" for k in KEYS
                                                       if sample.get(k) is not None)
                     + f"; resumed at step {sample.get('resumed_step')}; load "
-                    f"{os.getloadavg()[0]:.1f}")
+                    f"{sample['load_average']}")
                 leader, standby = standby, replica()
                 standby_since = time.monotonic()
     finally:
-        for sp in (leader, standby):
+        for sp in started:
             sp.stop()
     result: dict[str, Any] = {
         "runs": runs, "lease_duration_s": duration, "renew_deadline_s": deadline,
