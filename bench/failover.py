@@ -127,6 +127,7 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
         return sp
 
     samples: list[dict[str, Any]] = []
+    error = ""
     try:  # every replica started is stopped, whatever fails
         leader = replica()
         upgrade = first
@@ -156,20 +157,31 @@ def run(env: Env, runs: int, lease: tuple[int, float, float] = (15, 10.0, 2.0),
                     f"{sample['load_average']}")
                 leader, standby = standby, replica()
                 standby_since = time.monotonic()
+    except Exception as e:  # keep the runs measured so far (a loaded machine can fail a start)
+        if not samples:
+            raise
+        error = f"{type(e).__name__}: {e}"
+        say(f"  stopped after {len(samples)} runs: {error}")
     finally:
         for sp in started:
             sp.stop()
     result: dict[str, Any] = {
         "runs": runs, "lease_duration_s": duration, "renew_deadline_s": deadline,
         "retry_period_s": retry, "bound_s": duration + retry, "scenario": scenario,
-        "samples": samples}
+        "samples": samples, **({"stopped_early": error} if error else {})}
+    return {**result, **summarize(samples)}
+
+
+def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per case: min/median/max of each measure, and how many runs resumed at step 2."""
+    out: dict[str, Any] = {}
     for case in ("handover", "crash"):
         mine = [s for s in samples if s["case"] == case]
-        result[case] = {key: stats(s[key] for s in mine if s.get(key) is not None)
-                        for key in KEYS}
-        result[case]["resumed_at_step_2"] = sum(1 for s in mine if s.get("resumed_step") == 2)
-        result[case]["runs"] = len(mine)
-    return result
+        out[case] = {key: stats(s[key] for s in mine if s.get(key) is not None)
+                     for key in KEYS}
+        out[case]["resumed_at_step_2"] = sum(1 for s in mine if s.get("resumed_step") == 2)
+        out[case]["runs"] = len(mine)
+    return out
 
 
 def _one(env: Env, leader: SyncProc, standby: SyncProc, s_id: str, sig: signal.Signals,
