@@ -7,7 +7,7 @@ Values only, no I/O: ``gitray.git.source`` fills a ``Snapshot`` from Git or a di
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gitray.core.model import stable_hash
 
@@ -36,6 +36,9 @@ class RepoFile:
     path: str  # posix path relative to the repository root, e.g. "services/text.yaml"
     data: bytes | None
     problem: str | None = None
+    # Git's object id of the bytes (of the file a symlink resolves to); "" when not from Git.
+    # Equal ids mean equal bytes: a reader may reuse them, a loader may key results by them.
+    blob: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,12 @@ class Snapshot:
     revision: str  # full commit SHA, or "worktree" for an uncommitted directory
     label: str  # for people: "examples-repo (working tree)", "1a2b3c4 (main)"
     files: tuple[RepoFile, ...]
+    # how many blobs were read from Git; the others were reused from a previous snapshot
+    blobs_read: int = field(default=0, compare=False)
+
+    def blob_data(self) -> dict[str, bytes]:
+        """Bytes by blob id, for reading the next revision without re-reading these."""
+        return {f.blob: f.data for f in self.files if f.blob and f.data is not None}
 
 
 def is_manifest_name(path: str) -> bool:

@@ -9,10 +9,16 @@ Lease; only the holder fetches and executes. apscheduler runs three jobs:
   deadline passed;
 - leadership is kept by the Lease's own threads (acquire attempts every retry period).
 
+A standby also watches the Lease: a release (or a holder's renewals, which date its lapse)
+is heard at once, and an attempt follows right away instead of on the next retry tick; the
+periodic attempts remain the fallback when the watch is down. And it keeps warm: about every
+``STANDBY_PREPARE_S`` it fetches the branch and validates its head into the memo (reading Git
+only, never the cluster), so that taking over costs a plan, not a cold load.
+
 A sync pass never prunes on an unreadable or invalid revision (nothing is applied at all), and
 a workload whose run failed at a revision is not retried at that revision (a later commit
-retries). SIGTERM interrupts the current step at its next progress point, leaves the run
-record "running" for the next leader, and releases the Lease at once.
+retries). SIGTERM interrupts the current step (a wait ends at once), leaves the run
+record "running" with its cursor at that step for the next leader, and releases the Lease.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch, read_snapshot
 from gitray.k8s.client import Kube
+from gitray.k8s.election import LeaseRecord
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
 from gitray.plans.filters import earliest_deadline, only_deletions, skip_failed
@@ -65,6 +72,7 @@ __all__ = ["Daemon", "PostStatus"]
 log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
 STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
+STANDBY_PREPARE_S = 30.0  # a standby fetches and validates the branch head this often
 
 # (sha, workload or None for the overall context, state, description) -> None
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
@@ -79,6 +87,7 @@ class Daemon:
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
+        self.lease_watch = self.wiring.lease_watch(self._lease_changed)
         self.events = EventRecorder(self.kube, settings.execution.identity)
         self.state = StateBox()  # shared by the jobs, the webhook and the probes
         # passes re-read the same commit (drift, deletions, retries) and new commits change a
@@ -86,6 +95,8 @@ class Daemon:
         self._snapshot: Snapshot | None = None
         self._memo = LoadMemo()
         self._lock = threading.Lock()  # one sync pass at a time
+        self._lease_lock = threading.Lock()  # one election attempt at a time
+        self._prepared_at: float | None = None  # when a standby last fetched and validated
         self._stopping = threading.Event()
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.http = HttpEndpoints(
@@ -108,6 +119,7 @@ class Daemon:
                                seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
+        self.lease_watch.start()
         self.state.update(ready=True)
         log.info("gitray sync started", extra={"repo": redact_url(self.settings.repo),
                                                "identity": self.settings.execution.identity,
@@ -142,12 +154,15 @@ class Daemon:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.wiring.interrupt()  # a step waiting now ends at once
         self.scheduler.shutdown(wait=False)
         with self._lock:  # the running pass stops at its next progress point
             pass
         self.lease.stop_renewing()
-        if self.lease.is_leader:
-            self.lease.release()
+        if self.lease.is_leader:  # first: a standby waits for this
+            released = self.lease.release()
+            log.info("released the Lease" if released else "could not release the Lease")
+        self.lease_watch.stop()
         self.metrics.leader.set(0)
         self.http.stop()
         self.kube.close()
@@ -170,6 +185,10 @@ class Daemon:
     # ---- jobs ---------------------------------------------------------------------------
 
     def _lease_job(self) -> None:
+        with self._lease_lock:  # the scheduler's ticks and the Lease watch's events
+            self._try_lease()
+
+    def _try_lease(self) -> None:
         if self._stopping.is_set() or self.lease.is_leader:
             self.metrics.leader.set(1 if self.lease.is_leader else 0)
             return
@@ -183,8 +202,11 @@ class Daemon:
         except GitrayError as e:
             self._api_problem(e)
             return
-        # the holder seen lapses before the next regular attempt: try right then (the
-        # take-over is bounded by lease duration + one retry period, not two)
+        self._attempt_at_lapse()
+
+    def _attempt_at_lapse(self) -> None:
+        """When the holder seen lapses before the next regular attempt, try right then (the
+        take-over is bounded by lease duration + one retry period, not two)."""
         lapse = self.lease.lapses_in()
         if lapse is not None and lapse + LAPSE_MARGIN_S < self.settings.execution.retry_period_s:
             with contextlib.suppress(SchedulerNotRunningError):
@@ -192,13 +214,29 @@ class Daemon:
                     self._lease_job, "date", id="lease-at-lapse", replace_existing=True,
                     run_date=datetime.now(UTC) + timedelta(seconds=lapse + LAPSE_MARGIN_S))
 
+    def _lease_changed(self, record: LeaseRecord | None) -> None:
+        """A watch event on the Lease (its thread): note it; a standby that sees the Lease free
+        tries at once, instead of on its next retry tick."""
+        self.lease.observe(record)
+        if self._stopping.is_set() or self.lease.is_leader:
+            return
+        if record is None or not record.holder:
+            log.info("the Lease is free: trying to take it now")
+            self._lease_job()
+        else:
+            self._attempt_at_lapse()
+
     def _lost(self, reason: str) -> None:
         log.warning("lost the Lease: %s", reason)
         self.metrics.leader.set(0)
 
     def _poll_job(self) -> None:
-        if self._stopping.is_set() or not self.lease.is_leader:
+        if self._stopping.is_set():
             return
+        if not self.lease.is_leader:
+            self._prepare()
+            if not self.lease.is_leader:  # (it may have become leader meanwhile: poll now)
+                return
         self.statuses.flush()
         self.metrics.polls.inc()
         self.state.change(lambda s: replace(s, polls=s.polls + 1))
@@ -235,6 +273,27 @@ class Daemon:
             self.sync(fetched.cache, fetched.sha, "retry")
         elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
+
+    def _prepare(self) -> None:
+        """A standby: fetch the branch and validate its head into the memo, quietly (the
+        leader reports problems), so that a take-over starts warm."""
+        now = time.monotonic()
+        if self._prepared_at is not None and now - self._prepared_at < STANDBY_PREPARE_S:
+            return
+        self._prepared_at = now
+        if not self._lock.acquire(blocking=False):
+            return  # a pass runs (this process just became leader)
+        try:
+            fetched = fetch_branch(self.settings.repo, self.settings.branch,
+                                   cache_dir=self.settings.cache_dir)
+            if self._snapshot is None or self._snapshot.revision != fetched.sha:
+                self._snapshot = read_snapshot(str(fetched.cache), fetched.sha,
+                                               previous=self._snapshot)
+            desired_from(self._snapshot, self.settings.overrides, self._memo)
+        except GitrayError as e:
+            log.debug("standby: could not prepare %s: %s", redact_url(self.settings.repo), e)
+        finally:
+            self._lock.release()
 
     def _deletion_job(self) -> None:
         state = self.state.current
@@ -292,7 +351,8 @@ class Daemon:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
             self.state.update(attempted=sha)
         if self._snapshot is None or self._snapshot.revision != sha:
-            self._snapshot = read_snapshot(str(cache), sha)
+            # blobs the previous revision held are not read again
+            self._snapshot = read_snapshot(str(cache), sha, previous=self._snapshot)
         snapshot = self._snapshot
         if self.settings.allowed_signers is not None:
             try:

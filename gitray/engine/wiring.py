@@ -6,6 +6,7 @@
     Wiring(kube, ExecSettings)
       ├── lease      Lease on its own short-timeout client (renews must not queue behind
       │              slow requests), with client-go's durations
+      ├── lease_watch()  a LeaseWatch on a client of its own (for standbys)
       ├── resolver   how Ray dashboards are reached (and the Ray token)
       ├── progress(config)                  ProgressStore: run records, fenced by the lease
       └── executor(config, progress, reporter)
@@ -14,15 +15,19 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from gitray.core.config import Config, DashboardMode
+from gitray.core.errors import Interrupted
+from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter
 from gitray.engine.progress import ProgressStore
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from gitray.k8s.lease import Lease
+from gitray.k8s.leasewatch import LeaseWatch, OnLeaseChange
 from gitray.k8s.settings import KubeSettings
 from gitray.ray.dashboard import Resolver
 
@@ -59,6 +64,25 @@ class Wiring:
             identity=settings.identity, lease_duration_s=settings.lease_duration_s,
             renew_deadline_s=settings.renew_deadline_s, retry_period_s=settings.retry_period_s))
         self.resolver = Resolver(kube, settings.dashboard_mode, settings.ray_token)
+        # steps wait (watches, Serve polls, retry pauses) on this clock, so that a shutdown
+        # ends a wait at once instead of when it would next look (see interrupt())
+        self._interrupted = threading.Event()
+        self.clock = Clock(sleep=self._sleep)
+
+    def _sleep(self, seconds: float) -> None:
+        if self._interrupted.wait(seconds):
+            raise Interrupted("shutting down")
+
+    def interrupt(self) -> None:
+        """Shutting down: a step waiting now (or later) raises ``Interrupted`` at once; its
+        run record keeps the cursor at that step, for the next leader to resume."""
+        self._interrupted.set()
+        self.kube.close_watches()
+
+    def lease_watch(self, on_change: OnLeaseChange) -> LeaseWatch:
+        """A watch on this process's Lease (its own client, so stopping it ends only it)."""
+        return LeaseWatch(Kube(self.kube.api_client, self.kube.settings),
+                          self.lease.settings, on_change)
 
     def progress(self, config: Config) -> ProgressStore:
         """The run records of ``config``'s gitray instance, fenced by the Lease."""
@@ -67,5 +91,5 @@ class Wiring:
 
     def executor(self, config: Config, progress: ProgressStore,
                  reporter: Reporter) -> Executor:
-        return Executor(Actions(self.kube, self.resolver, self.lease), self.lease, config,
-                        progress, reporter)
+        return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
+                        config, progress, reporter)

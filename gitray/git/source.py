@@ -32,6 +32,7 @@ from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 from gitray.core.credentials import git_auth, redact_url
 from gitray.core.errors import SourceError
 from gitray.core.snapshot import (
+    MANIFEST_SUFFIXES,
     MAX_FILE_BYTES,
     MAX_FILES,
     MAX_TOTAL_BYTES,
@@ -56,8 +57,8 @@ READ_MAX_FILES = 4 * MAX_FILES
 READ_MAX_BYTES = 2 * MAX_TOTAL_BYTES
 FETCH_TIMEOUT_S = 300
 _SYMLINK_HOPS = 8
+_SUFFIXES = tuple(suffix.encode() for suffix in MANIFEST_SUFFIXES)
 _MODE_SYMLINK = 0o120000
-_MODE_SUBMODULE = 0o160000
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:(?!//)")
 
 
@@ -71,26 +72,32 @@ def default_cache_dir(url: str) -> Path:
 
 
 def read_snapshot(
-    repo: str, revision: str | None = None, *, cache_dir: Path | None = None
+    repo: str, revision: str | None = None, *, cache_dir: Path | None = None,
+    previous: Snapshot | None = None,
 ) -> Snapshot:
-    """The files of ``repo`` at ``revision`` (None: the working tree, or a remote's HEAD)."""
+    """The files of ``repo`` at ``revision`` (None: the working tree, or a remote's HEAD).
+
+    ``previous``: a snapshot read before (e.g. the last revision synced); a file whose blob id
+    it already holds is not read again, so a revision that changed one file reads one blob.
+    """
+    reuse = previous.blob_data() if previous is not None else {}
     if is_url(repo):
         bare = _fetch(repo, cache_dir or default_cache_dir(repo))
         # the cache holds the remote's branches as local ones: "origin/main" is "main" there
         wanted = (revision or _head_branch(bare)).removeprefix("origin/")
-        return _read_revision(bare, "", wanted, redact_url(repo))
+        return _read_revision(bare, "", wanted, redact_url(repo), reuse)
     directory = Path(repo)
     if not directory.is_dir():
         raise SourceError(f"{repo}: not a directory (give a repository directory or a URL)")
     bare_repo = _open_bare(directory)
     if bare_repo is not None:
-        return _read_revision(bare_repo, "", revision or "HEAD", repo)
+        return _read_revision(bare_repo, "", revision or "HEAD", repo, reuse)
     if revision is None:
         return _read_worktree(directory, repo)
     found = _enclosing_repo(directory, repo)
     top = Path(found.working_tree_dir or directory).resolve()
     prefix = directory.resolve().relative_to(top).as_posix()
-    return _read_revision(found, "" if prefix == "." else prefix, revision, repo)
+    return _read_revision(found, "" if prefix == "." else prefix, revision, repo, reuse)
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ def resolve_revision(repo: str, revision: str) -> str:
 class _Budget:
     files: int = 0
     size: int = 0
+    blobs_read: int = 0  # blobs whose bytes came from Git (not reused)
 
     def refuse(self, size: int) -> str | None:
         if self.files >= READ_MAX_FILES:
@@ -229,58 +237,119 @@ def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
     return commit
 
 
-def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str) -> Snapshot:
+def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str,
+                   reuse: dict[str, bytes]) -> Snapshot:
     commit = _commit(found, revision, shown)
-    tree = commit.tree
     if prefix:
         try:
-            tree = tree / prefix
+            top = commit.tree / prefix
         except KeyError as e:
             raise SourceError(
                 f"{shown}: directory {prefix!r} does not exist at {commit.hexsha[:7]}"
             ) from e
-        if tree.type != "tree":
+        if top.type != "tree":
             raise SourceError(f"{shown}: {prefix!r} is not a directory at {commit.hexsha[:7]}")
+    tree = _Tree(_ls_tree(found, commit.hexsha, prefix, shown), prefix)
     files: list[RepoFile] = []
     budget = _Budget()
-    for item in tree.traverse():
-        if not isinstance(item, git.Blob) or not is_manifest_name(item.name):
-            continue
-        path = str(item.path)
-        relative = path[len(prefix) + 1 :] if prefix else path
-        files.append(_read_blob(tree, item, relative, budget))
+    for path, entry in tree.manifests():
+        if entry.kind == "blob":
+            files.append(_read_entry(found, tree, path, entry, budget, reuse))
     files.sort(key=lambda f: f.path)
     label = f"{commit.hexsha[:7]} ({revision})"
-    return Snapshot(commit.hexsha, label, tuple(files))
+    return Snapshot(commit.hexsha, label, tuple(files), blobs_read=budget.blobs_read)
 
 
-def _read_blob(tree: git.Tree, blob: git.Blob, relative: str, budget: _Budget) -> RepoFile:
-    seen = 0
-    while blob.mode == _MODE_SYMLINK:
+@dataclass(frozen=True)
+class _Entry:
+    mode: int
+    kind: str  # "blob", "tree" or "commit" (a submodule)
+    sha: str
+    size: int  # -1 unless a blob
+
+
+def _ls_tree(found: git.Repo, sha: str, prefix: str, shown: str) -> list[bytes]:
+    """The records of every entry under ``prefix`` at commit ``sha`` (trees too): one
+    ``git ls-tree`` gives ids, modes and sizes without a request per object."""
+    args = ["git", "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", sha]
+    if prefix:
+        args += ["--", f"{prefix}/"]
+    try:
+        raw = found.git.execute(args, stdout_as_string=False)
+    except GitCommandError as e:
+        raise SourceError(f"{redact_url(shown)}: cannot list {sha[:7]}: "
+                          f"{_git_reason(e, shown)}") from e
+    assert isinstance(raw, bytes)
+    return [record for record in raw.split(b"\0") if record]
+
+
+class _Tree:
+    """``ls-tree`` records by path relative to the prefix. Only manifest-named entries are
+    decoded up front (a repository may hold many other files); the full index is built only
+    when a symlink needs resolving."""
+
+    def __init__(self, records: list[bytes], prefix: str) -> None:
+        self._records = records
+        self._cut = len(prefix) + 1 if prefix else 0
+        self._index: dict[str, _Entry] | None = None
+
+    def _parse(self, record: bytes) -> tuple[str, _Entry]:
+        head, _, name = record.partition(b"\t")
+        mode, kind, object_id, size = head.split()
+        return (name.decode("utf-8", "replace")[self._cut:],
+                _Entry(int(mode, 8), kind.decode(), object_id.decode(),
+                       int(size) if size != b"-" else -1))
+
+    def manifests(self) -> list[tuple[str, _Entry]]:
+        found = []
+        for record in self._records:
+            if record.lower().endswith(_SUFFIXES):
+                path, entry = self._parse(record)
+                if is_manifest_name(path):
+                    found.append((path, entry))
+        return found
+
+    def get(self, path: str) -> _Entry | None:
+        if self._index is None:
+            self._index = dict(self._parse(record) for record in self._records)
+        return self._index.get(path)
+
+
+def _blob_bytes(found: git.Repo, sha: str) -> bytes:
+    data: bytes = found.odb.stream(bytes.fromhex(sha)).read()
+    return data
+
+
+def _read_entry(found: git.Repo, tree: _Tree, relative: str, entry: _Entry,
+                budget: _Budget, reuse: dict[str, bytes]) -> RepoFile:
+    seen, path = 0, relative
+    while entry.mode == _MODE_SYMLINK:
         seen += 1
         if seen > _SYMLINK_HOPS:
             return RepoFile(relative, None, "too many levels of symlinks")
-        if blob.size > 4096:
+        if entry.size > 4096:
             return RepoFile(relative, None, "symlink to a path outside the repository")
-        link = blob.data_stream.read().decode("utf-8", "replace")
-        inside, path = str(tree.path), str(blob.path)
-        base = posixpath.dirname(path[len(inside) + 1 :] if inside else path)
-        target = posixpath.normpath(posixpath.join(base, link))
+        link = _blob_bytes(found, entry.sha).decode("utf-8", "replace")
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(path), link))
         if link.startswith("/") or target == ".." or target.startswith("../"):
             return RepoFile(relative, None, "symlink to a path outside the repository")
-        try:
-            resolved = tree / target
-        except KeyError:
+        resolved = tree.get(target)
+        if resolved is None:
             return RepoFile(relative, None, "symlink to a file that does not exist")
-        if not isinstance(resolved, git.Blob) or resolved.mode == _MODE_SUBMODULE:
+        if resolved.kind != "blob":
             return RepoFile(relative, None, "symlink to something that is not a file")
-        blob = resolved
-    if blob.size > MAX_FILE_BYTES:
-        return RepoFile(relative, None, _too_big(blob.size))
-    refused = budget.refuse(blob.size)
+        entry, path = resolved, target
+    known = reuse.get(entry.sha)
+    size = len(known) if known is not None else entry.size
+    if size > MAX_FILE_BYTES:
+        return RepoFile(relative, None, _too_big(size))
+    refused = budget.refuse(size)
     if refused:
         return RepoFile(relative, None, refused)
-    return RepoFile(relative, blob.data_stream.read())
+    if known is None:
+        budget.blobs_read += 1
+        known = _blob_bytes(found, entry.sha)
+    return RepoFile(relative, known, blob=entry.sha)
 
 
 # -- remote ---------------------------------------------------------------------------------

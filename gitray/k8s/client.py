@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from gitray.core.errors import (
     ConfigError,
     ConflictError,
     ForbiddenError,
+    Interrupted,
     InvalidError,
     NotFoundError,
     TransientError,
@@ -49,6 +51,7 @@ __all__ = [
 ]
 
 FIELD_MANAGER = "gitray"
+_CLOSE_WATCHES_S = 2.0  # close_watches() keeps stopping watches still starting this long
 LIST_PAGE = 1000  # items per LIST page: bounds one response, keeps requests per kind low
 _T = TypeVar("_T")
 
@@ -117,6 +120,8 @@ class Kube:
         self._dynamic: dynamic.DynamicClient | None = None
         self._lock = threading.Lock()
         self.requests = 0  # API requests made (for logs, metrics and benchmarks)
+        self._watches: set[watch.Watch] = set()  # open watches, guarded by _lock
+        self._watches_closed = False
 
     @classmethod
     def connect(cls, settings: KubeSettings | None = None) -> Kube:
@@ -272,9 +277,16 @@ class Kube:
     def watch(self, api_version: str, kind: str, namespace: str, *, field_selector: str = "",
               label_selector: str = "", resource_version: str = "",
               timeout_s: int = 30) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(event type, object) pairs until ``timeout_s`` passes (server-side timeout)."""
+        """(event type, object) pairs until ``timeout_s`` passes (server-side timeout).
+
+        Raises ``Interrupted`` once :meth:`close_watches` was called (also in the middle of a
+        watch: that call unblocks it)."""
         res = self.resource(api_version, kind)
         w = watch.Watch()
+        with self._lock:
+            if self._watches_closed:
+                raise Interrupted(f"watching {kind} in {namespace}: shutting down")
+            self._watches.add(w)
         self.requests += 1
         kwargs: dict[str, Any] = {"namespace": namespace, "timeout": timeout_s}
         if field_selector:
@@ -288,13 +300,43 @@ class Kube:
                 obj = event["object"]
                 yield str(event["type"]), dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
         except ApiException as e:
+            self._check_closed(kind, namespace)
             raise _map(e, f"watching {kind} in {namespace}") from e
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+            # a watch closed by close_watches() ends in a read error on its shut-down socket
+            self._check_closed(kind, namespace)
             raise TransientError(f"watching {kind}: API server unreachable "
                                  f"({type(e).__name__})") from e
         finally:
+            with self._lock:
+                self._watches.discard(w)
             with contextlib.suppress(Exception):
                 w.stop()
+        self._check_closed(kind, namespace)
+
+    def close_watches(self) -> None:
+        """Shutting down: end every watch of this client now (their sockets are shut down,
+        which unblocks a read in progress) and refuse new ones. Other requests still work."""
+        with self._lock:
+            self._watches_closed = True
+        # A watch registered but not yet connected has no socket to shut down (and starting
+        # its stream clears the stop flag): stop again until each one has ended, briefly.
+        deadline = time.monotonic() + _CLOSE_WATCHES_S
+        while True:
+            with self._lock:
+                open_watches = list(self._watches)
+            for w in open_watches:
+                with contextlib.suppress(Exception):
+                    w.stop()
+            if not open_watches or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
+    def _check_closed(self, kind: str, namespace: str) -> None:
+        with self._lock:
+            closed = self._watches_closed
+        if closed:
+            raise Interrupted(f"watching {kind} in {namespace}: shutting down")
 
     def request(self, method: str, path: str, *, body: Any = None,
                 params: Mapping[str, str] | None = None,

@@ -142,6 +142,13 @@ class Lease:
                 return None
             return max(0.0, self._observed.lapses_at() - self._clock())
 
+    def observe(self, record: LeaseRecord | None) -> None:
+        """Take note of the record as read elsewhere (a watch event), now; None when the
+        Lease does not exist. Only moves this process's view forward: it never writes."""
+        now = self._clock()
+        with self._lock:
+            self._observed.see(record or LeaseRecord(), now)
+
     # ---- election -----------------------------------------------------------------------
 
     def try_acquire_or_renew(self) -> bool:

@@ -152,7 +152,8 @@ class _FileResult:
 
 
 class LoadMemo:
-    """Per-file results of the previous load, keyed by settings, path and content digest.
+    """Per-file results of the previous load, keyed by settings, path and the bytes' identity
+    (Git's blob id, or the SHA-256 of files not read from Git).
 
     Holds only the files of the last load (each load replaces it), so it never grows past one
     revision. Results are immutable values, safe to share between revisions.
@@ -180,10 +181,18 @@ class LoadMemo:
         return len(self._now)
 
 
+def _digest(repo_file: RepoFile) -> str:
+    """What identifies a file's bytes: Git's blob id when it came from Git (no hashing),
+    else their SHA-256."""
+    if repo_file.blob:
+        return f"git:{repo_file.blob}"
+    return hashlib.sha256(repo_file.data or b"").hexdigest()
+
+
 def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
           memo: LoadMemo | None) -> _FileResult:
     """The workloads and problems of one file (from the memo when its bytes are known)."""
-    key = (config, repo_file.path, hashlib.sha256(repo_file.data).hexdigest()) \
+    key = (config, repo_file.path, _digest(repo_file)) \
         if memo is not None and repo_file.data is not None else None
     if key is not None and memo is not None:
         known = memo.get(key)

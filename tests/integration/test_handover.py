@@ -1,0 +1,180 @@
+"""Planned hand-over between two real `gitray sync` replicas (issue 15, item 4).
+
+The leader is in the middle of a run — a RayService's first rollout waiting in
+wait-cluster-ready (step 2 of 6) for a cluster that stays suspended, so no Ray head is needed
+and the wait lasts as long as the test wants. It gets SIGTERM. Checked, all against the real
+API server and the replicas' own logs:
+
+- the leader ends its wait at once, releases the Lease (a watch on the Lease sees the holder
+  go from the leader to nobody, then to the standby, in that order) and exits 0;
+- the standby took the Lease because its watch saw it free — not on its retry tick, which is
+  30 s here, far beyond the test's run;
+- the standby resumed the SAME run (same revision, plan and desired spec; step 1's result kept
+  as recorded, not redone; a higher epoch) at the recorded step: its first step line is
+  step 2/6 wait-cluster-ready, and there is still exactly one RayCluster.
+
+Take-over times are printed (run with -s), never asserted: bench/failover.py measures them.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gitray.core.model import ObjectKey
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.k8s.client import Kube
+from gitray.k8s.settings import KubeSettings
+from tests.integration.chaos import holder_pid, isolated, start_replica
+from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.manifests import dump, gitray_config, serve_config
+from tests.testenv.helpers import TestEnv, wait_for
+
+SVC = "handover"
+FIRST_ROLLOUT = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",
+                 "create-service", "create-service"]
+# the standby's own election ticks are this far apart: a take-over within the test's time can
+# only come from its watch on the Lease
+SLOW_STANDBY = ("--lease-duration", "60", "--renew-deadline", "40", "--retry-period", "30")
+
+
+class _ReadOnly:
+    epoch = 0
+
+    def ensure_held(self) -> None:
+        raise AssertionError("reads only")
+
+
+def load_record(env: TestEnv, ns: str) -> Record | None:
+    kube = Kube.connect(KubeSettings(kubeconfig=env.kubeconfig))
+    try:
+        return ProgressStore(kube, ns, f"gitray-{ns}", _ReadOnly()).load(
+            ObjectKey("RayService", ns, SVC))
+    finally:
+        kube.close()
+
+
+def suspended_service(ns: str) -> str:
+    doc = example_rayservice(ns, serve=serve_config(GREETER), name=SVC)
+    doc["spec"]["rayClusterConfig"]["suspend"] = True  # KubeRay makes no pods: never ready
+    return dump(doc)
+
+
+@contextmanager
+def lease_history(env: TestEnv, ns: str) -> Iterator[list[tuple[str, int]]]:
+    """Every (holderIdentity, leaseTransitions) the Lease takes, from a real watch."""
+    from kubernetes import client, watch
+
+    api = client.CoordinationV1Api(env.api_client)
+    seen: list[tuple[str, int]] = []
+    w = watch.Watch()
+    started, stopped = threading.Event(), threading.Event()
+
+    def run() -> None:
+        version = api.read_namespaced_lease("gitray", ns).metadata.resource_version
+        started.set()
+        try:
+            for event in w.stream(api.list_namespaced_lease, ns, resource_version=version,
+                                  field_selector="metadata.name=gitray", timeout_seconds=120):
+                spec = event["object"].spec
+                seen.append((str(spec.holder_identity or ""), int(spec.lease_transitions or 0)))
+        except Exception:
+            if not stopped.is_set():  # w.stop() shuts the socket down: the read then fails
+                raise
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    started.wait(30)
+    try:
+        yield seen
+    finally:
+        stopped.set()
+        w.stop()
+        thread.join(10)
+
+
+def test_sigterm_hands_over_and_standby_resumes_at_recorded_step(
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    sha = work.commit("first rollout", {
+        "gitray.yaml": isolated(gitray_config("10s", ready_timeout="30m"), ns),
+        "svc.yaml": suspended_service(ns)})
+    work.git("push", "-q", "origin", "main")
+
+    leader = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "leader")
+    standby = None
+    try:
+        def waiting() -> bool | None:
+            if not leader.alive():
+                raise AssertionError(f"the leader exited:\n{leader.logs()[-3000:]}")
+            return any(k == 2 and typ == "wait-cluster-ready" and not done
+                       for _, k, _, typ, done in leader.step_lines()) or None
+        wait_for(waiting, timeout=120, interval=0.1, what="the leader in wait-cluster-ready")
+        standby = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "standby",
+                                extra=SLOW_STANDBY)
+        # the standby's first election attempt (at its start) found the Lease held
+        wait_for(lambda: any(line.msg.startswith("gitray sync started")
+                             for line in standby.lines()) or None, timeout=30,
+                 what="the standby started")
+
+        before = load_record(testenv, ns)
+        assert before is not None and before.revision == sha, before
+        assert before.state is RunState.RUNNING
+        assert [s.type for s in before.plan.steps] == FIRST_ROLLOUT, before.plan.steps
+        assert before.cursor == 1 and [s.type for s in before.steps] == ["create-cluster"]
+
+        with lease_history(testenv, ns) as history:
+            sent = time.time()
+            leader.proc.send_signal(signal.SIGTERM)
+            assert leader.proc.wait(timeout=60) == 0, leader.logs()[-3000:]
+
+            def resumed() -> tuple[float, int, str] | None:
+                lines = standby.step_lines(since=sent)
+                return (lines[0][0].time, lines[0][1], lines[0][3]) if lines else None
+            t_step, k, typ = wait_for(resumed, timeout=25, interval=0.05,
+                                      what="the standby's first step")
+        print(f"SIGTERM -> standby's first step {t_step - sent:.2f} s; Lease history {history}")
+
+        leader_id = next(str(line.raw["identity"]) for line in leader.lines()
+                         if line.raw.get("identity"))
+        standby_id = next(str(line.raw["identity"]) for line in standby.lines()
+                          if line.raw.get("identity"))
+        assert holder_pid(standby_id) == standby.pid
+        holders = [h for h, _ in history]
+        assert "" in holders and standby_id in holders, history
+        released_at, taken_at = holders.index(""), holders.index(standby_id)
+        assert released_at < taken_at and set(holders[:released_at]) <= {leader_id}, history
+
+        leader_said = [line.msg for line in leader.lines()]
+        assert any(m.startswith("sync of") and "interrupted" in m for m in leader_said), \
+            leader_said[-10:]
+        assert "released the Lease" in leader_said, leader_said[-10:]
+        standby_said = [line.msg for line in standby.lines()]
+        assert any(m.startswith("the Lease is free") for m in standby_said), standby_said
+        assert any(m.startswith("became leader") for m in standby_said), standby_said
+
+        # the same run, resumed at the recorded step
+        assert (k, typ) == (2, "wait-cluster-ready"), (k, typ)
+        after = load_record(testenv, ns)
+        assert after is not None
+        assert (after.revision, after.desired_hash, after.plan) == \
+            (before.revision, before.desired_hash, before.plan)
+        assert after.steps == before.steps  # step 1's result kept, not redone
+        assert after.cursor == 1 and after.state is RunState.RUNNING
+        assert after.epoch > before.epoch
+        clusters = testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters")["items"]
+        assert [c["metadata"]["name"] for c in clusters] == [before.plan.steps[0].target]
+    finally:
+        leader.terminate()
+        if standby is not None:
+            standby.terminate()
