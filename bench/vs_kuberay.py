@@ -408,7 +408,7 @@ ROWS: dict[str, list[tuple[str, str]]] = {
                       ("failure reported after (s)", "failure_s"),
                       ("where", "failure_where"),
                       ("seconds two clusters existed", "two_clusters_s"),
-                      ("pending cluster's pods when the wait ended", "held"),
+                      ("pending cluster's pods, last seen while it waited", "held"),
                       ("observed for (s)", "observed_s"),
                       ("failed requests / sent", "failed")],
     "image-serve": [("greetings seen on the OLD cluster (until deleted)", "old_configs"),
