@@ -54,6 +54,8 @@ class LoadResult:
     latencies_ms: list[float] = field(default_factory=list)  # of the 2xx answers
     bodies: Counter[str] = field(default_factory=Counter)  # distinct 2xx bodies (first 80 chars)
     seconds: float = 0.0
+    # (wall-clock time the request was sent, its 2xx body or "!<failure kind>"), in send order
+    timeline: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -92,6 +94,7 @@ class LoadGenerator:
 
     # -- one request ------------------------------------------------------------------------
     def _one(self) -> None:
+        sent_at = time.time()
         t0 = time.monotonic()
         kind, body = "", ""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -115,6 +118,7 @@ class LoadGenerator:
             conn.close()
         elapsed = (time.monotonic() - t0) * 1000.0
         with self._lock:
+            self._result.timeline.append((sent_at, f"!{kind}" if kind else body))
             if kind:
                 self._result.failures[kind] += 1
             else:
@@ -157,7 +161,7 @@ class LoadGenerator:
         with self._lock:
             r = self._result
             return LoadResult(r.sent, r.ok, Counter(r.failures), list(r.latencies_ms),
-                              Counter(r.bodies), r.seconds)
+                              Counter(r.bodies), r.seconds, sorted(r.timeline))
 
     def __enter__(self) -> LoadGenerator:
         return self.start()

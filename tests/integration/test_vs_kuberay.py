@@ -1,0 +1,138 @@
+"""gitray's side of the behavioural differences measured against KubeRay's own RayService
+controller (``bench/run --only kuberay``, issue 14), on the real node with real requests to
+the serve Service's ClusterIP.
+
+Covered elsewhere, not repeated here: a bad ``import_path`` fails the upgrade with the Serve
+message, reports it and removes the pending cluster (test_apply_rayservice.py,
+test_daemon.py); with an image and a Serve change together the new config lands only on the
+new cluster (test_apply_rayservice.py); a revert during ``gitray apply`` cancels the upgrade
+without a third cluster (test_apply_rayservice.py); SIGKILL mid-upgrade resumes on the same
+pending cluster (test_apply_rayservice.py, test_failover.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.integration.chaos import ClusterWatch, isolated, start_replica
+from tests.integration.gitops import GitOpsRepo, Gitray, example_rayservice, output
+from tests.manifests import dump, gitray_config, serve_config
+from tests.testenv.helpers import RAY_IMAGE, TestEnv, get_text, real_raycluster_spec, wait_for
+from tests.testenv.load import LoadGenerator
+
+SVC = "serve-demo"
+GREETING = "hello from gitray testenv"
+
+
+def _rayservice(ns: str, *, image: str = RAY_IMAGE, workers: int = 0,
+                head_cpu: str | None = None) -> dict[str, Any]:
+    """The examples' RayService sized for the real node, serving the hello app."""
+    doc = example_rayservice(ns, serve=serve_config(("hello", "/hello", "hello:app")))
+    spec = real_raycluster_spec(workers=workers)
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        group["template"]["spec"]["containers"][0]["image"] = image
+    if head_cpu:
+        spec["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+            "cpu"] = head_cpu
+    doc["spec"]["rayClusterConfig"] = spec
+    return doc
+
+
+def _clusters(env: TestEnv, ns: str) -> list[str]:
+    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    return sorted(i["metadata"]["name"] for i in items
+                  if not i["metadata"].get("deletionTimestamp"))
+
+
+def _serving(env: TestEnv, ns: str) -> str:
+    svc = env.core.read_namespaced_service(f"{SVC}-serve-svc", ns)
+    return str(svc.spec.selector["ray.io/cluster"])
+
+
+def _url(env: TestEnv, ns: str) -> str:
+    svc = env.core.read_namespaced_service(f"{SVC}-serve-svc", ns)
+    url = f"http://{svc.spec.cluster_ip}:8000/hello"
+    assert wait_for(lambda: get_text(url), 60, what="an answer") == GREETING
+    return url
+
+
+def test_a_pending_cluster_that_never_becomes_ready_is_given_up_and_removed(
+        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """KubeRay waits forever for a pending cluster that cannot start (#5088), holding what its
+    scheduled pods request. gitray gives up after ``clusterReadyTimeout``, reports why, deletes
+    the pending cluster and never moves traffic: requests keep being answered."""
+    ns = node_namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    config = isolated(gitray_config("10s", ns, ready_timeout="3m"), ns)
+    repo.commit("first rollout", {"gitray.yaml": config,
+                                  "svc.yaml": dump(_rayservice(ns, workers=1))})
+    first = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert first.returncode == 0, output(first)
+    (blue,) = _clusters(realnode, ns)
+    url = _url(realnode, ns)
+
+    repo.commit("the head asks for more CPUs than the node has", {
+        "gitray.yaml": isolated(gitray_config("10s", ns, ready_timeout="20s"), ns),
+        "svc.yaml": dump(_rayservice(ns, workers=1, head_cpu="64"))})
+    with LoadGenerator(url, rate=5, count=1000, timeout=3) as load:
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        wait_for(lambda: _clusters(realnode, ns) == [blue] or None, 120,
+                 what="the pending cluster deleted")
+        load.stop()
+    assert result.returncode == 1, output(result)
+    assert "not ready after 20 s" in result.stderr, output(result)
+    assert "deleted failed pending cluster" in result.stdout + result.stderr, output(result)
+    assert _serving(realnode, ns) == blue
+    r = load.result()
+    assert r.sent > 0 and r.failed == 0, r.summary()
+    assert set(r.bodies) == {GREETING}
+
+
+def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_third(
+        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """KubeRay's controller, reading the reverted spec mid-upgrade, may build yet another
+    cluster. ``gitray sync`` finishes the pass it is in, then the revert is an instant
+    rollback to the cluster still awaiting deletion: two clusters in all, the original one
+    serving at the end, no request failed."""
+    ns = node_namespace
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+
+    def push(message: str, files: dict[str, str | None]) -> str:
+        sha = work.commit(message, files)
+        work.git("push", "-q", "origin", "main")
+        return sha
+
+    first = push("first rollout", {"gitray.yaml": isolated(gitray_config("15s", ns), ns),
+                                   "svc.yaml": dump(_rayservice(ns))})
+    sync = start_replica(realnode.kubeconfig, ns, bare, tmp_path, "vs-kuberay")
+    try:
+        def synced(sha: str) -> bool | None:
+            return sync.metric("gitray_last_synced_revision_info", f'revision="{sha}"') == 1 \
+                or None
+        wait_for(lambda: synced(first), 600, what="the first rollout")
+        (blue,) = _clusters(realnode, ns)
+        url = _url(realnode, ns)
+        with ClusterWatch(realnode, ns) as watch, \
+                LoadGenerator(url, rate=5, count=3000, timeout=3) as load:
+            push("new image", {"svc.yaml": dump(_rayservice(
+                ns, image="localhost/gitray-ray:2.60.0"))})
+            wait_for(lambda: len(_clusters(realnode, ns)) == 2 or None, 120,
+                     what="the pending cluster")
+            reverted = push("revert", {"svc.yaml": dump(_rayservice(ns))})
+            wait_for(lambda: synced(reverted), 600, what="the revert synced")
+            wait_for(lambda: _clusters(realnode, ns) == [blue] or None, 180,
+                     what="the abandoned cluster deleted")
+            load.stop()
+            # blue too is "first seen" once the watch has started: count the others by uid
+            created = [name for name in watch.uids_named().values() if name != blue]
+        assert len(created) == 1, created  # one new cluster in all: no third
+        assert _serving(realnode, ns) == blue
+        r = load.result()
+        assert r.sent > 0 and r.failed == 0, r.summary()
+    finally:
+        sync.terminate()
