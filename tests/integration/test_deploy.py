@@ -723,6 +723,8 @@ ACCESS = [
     ("create", "leases.coordination.k8s.io", NAMESPACE, True),
     ("update", "leases.coordination.k8s.io/gitray", NAMESPACE, True),
     ("update", "leases.coordination.k8s.io/someone-else", NAMESPACE, False),
+    ("watch", "leases.coordination.k8s.io/gitray", NAMESPACE, True),
+    ("watch", "leases.coordination.k8s.io/someone-else", NAMESPACE, False),
     ("delete", "leases.coordination.k8s.io/gitray", NAMESPACE, False),
     ("update", "configmaps", NAMESPACE, True),
     ("delete", "configmaps", NAMESPACE, False),
