@@ -36,14 +36,14 @@ from bench.kuberay_drivers import (
     serve_apps,
     serve_url,
 )
-from tests.integration.gitops import example_rayservice
-from tests.testenv.helpers import RAY_IMAGE, TestEnv, real_raycluster_spec
+from tests.integration.gitops import NEW_IMAGE, real_node_rayservice
+from tests.testenv.helpers import RAY_IMAGE, TestEnv
 from tests.testenv.load import LoadGenerator, LoadResult
 
 __all__ = ["SCENARIOS", "manifest", "run", "tables"]
 
 SCENARIOS = ["image", "serve", "bad-import", "unschedulable", "image-serve", "revert", "kill"]
-IMAGE_B = "localhost/gitray-ray:2.60.0"  # the same local build under its other tag
+IMAGE_B = NEW_IMAGE  # the same local build under its other tag
 BROKEN_APP = ("  - name: broken\n    route_prefix: /broken\n"
               "    import_path: serve_apps.missing:app\n")
 RATE = 10.0
@@ -53,16 +53,8 @@ TICK = 0.5
 def manifest(ns: str, *, image: str = RAY_IMAGE, greeting: str = "v1", workers: int = 0,
              head_cpu: str | None = None, broken: bool = False) -> dict[str, Any]:
     """The benchmark's RayService: the examples' one, with a cluster sized for the real node."""
-    doc = example_rayservice(ns, serve=hello_serve_config(greeting=greeting)
-                             + (BROKEN_APP if broken else ""))
-    spec = real_raycluster_spec(workers=workers)
-    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
-        group["template"]["spec"]["containers"][0]["image"] = image
-    if head_cpu:
-        spec["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
-            "cpu"] = head_cpu
-    doc["spec"]["rayClusterConfig"] = spec
-    return doc
+    serve = hello_serve_config(greeting=greeting) + (BROKEN_APP if broken else "")
+    return real_node_rayservice(ns, image, serve, workers=workers, head_cpu=head_cpu)
 
 
 def _greeting(env: TestEnv, ns: str, cluster: str) -> tuple[str, str]:

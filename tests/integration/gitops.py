@@ -48,11 +48,13 @@ NEW_IMAGE = "localhost/gitray-ray:2.60.0"
 
 def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
                          serve: str | None = None, workers: int = 1,
-                         name: str = "serve-demo", **spec: Any) -> dict[str, Any]:
+                         name: str = "serve-demo", head_cpu: str | None = None,
+                         **spec: Any) -> dict[str, Any]:
     """The examples-repo RayService sized for the real node (tests.testenv.helpers'
     real_raycluster_spec: small requests, so two clusters fit side by side), with ``image`` on
-    every Ray container, ``serve`` as its Serve config (default greeter + calc) and ``spec``'s
-    extra RayService fields (upgradeStrategy, serveService, ...)."""
+    every Ray container, ``serve`` as its Serve config (default greeter + calc), the head's CPU
+    request ``head_cpu`` if given, and ``spec``'s extra RayService fields (upgradeStrategy,
+    serveService, ...)."""
     from tests.manifests import serve_config
     from tests.testenv.helpers import real_raycluster_spec
 
@@ -61,6 +63,9 @@ def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
     cluster = real_raycluster_spec(workers=workers)
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         group["template"]["spec"]["containers"][0]["image"] = image
+    if head_cpu:
+        head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+        head["resources"]["requests"]["cpu"] = head_cpu
     doc["spec"]["rayClusterConfig"] = cluster
     doc["spec"].update(copy.deepcopy(spec))
     return doc

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.chaos import ClusterWatch, isolated, start_replica
-from tests.integration.gitops import GitOpsRepo, Gitray, example_rayservice, output
+from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
 from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import RAY_IMAGE, TestEnv, get_text, real_raycluster_spec, wait_for
+from tests.testenv.helpers import RAY_IMAGE, TestEnv, get_text, wait_for
 from tests.testenv.load import LoadGenerator
 
 SVC = "serve-demo"
@@ -29,15 +29,8 @@ GREETING = "hello from gitray testenv"
 def _rayservice(ns: str, *, image: str = RAY_IMAGE, workers: int = 0,
                 head_cpu: str | None = None) -> dict[str, Any]:
     """The examples' RayService sized for the real node, serving the hello app."""
-    doc = example_rayservice(ns, serve=serve_config(("hello", "/hello", "hello:app")))
-    spec = real_raycluster_spec(workers=workers)
-    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
-        group["template"]["spec"]["containers"][0]["image"] = image
-    if head_cpu:
-        spec["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
-            "cpu"] = head_cpu
-    doc["spec"]["rayClusterConfig"] = spec
-    return doc
+    return real_node_rayservice(ns, image, serve_config(("hello", "/hello", "hello:app")),
+                                workers=workers, head_cpu=head_cpu)
 
 
 def _clusters(env: TestEnv, ns: str) -> list[str]:
