@@ -36,21 +36,24 @@ class Gitea:
     port: int
     token: str
     process: subprocess.Popen[bytes]
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
         return self.workdir / "gitea-web.log"
 
     @classmethod
-    def start(cls, binary: Path, static: Path, workdir: Path) -> Gitea:
+    def start(cls, binary: Path, static: Path, workdir: Path, host: str = "127.0.0.1") -> Gitea:
+        """`host`: the address it listens on (a real node's address makes it reachable from
+        pods; the default keeps it on loopback)."""
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         ini = workdir / "app.ini"
-        ini.write_text(_app_ini(workdir, static, port))
+        ini.write_text(_app_ini(workdir, static, port, host))
         env = _env(workdir)
         log = workdir / "gitea-setup.log"
 
@@ -76,7 +79,7 @@ class Gitea:
         out = (workdir / "gitea-web.log").open("ab")
         process = subprocess.Popen([str(binary), "web", "--config", str(ini)], cwd=workdir,
                                    env=env, stdout=out, stderr=subprocess.STDOUT)
-        gitea = cls(binary, workdir, port, token, process)
+        gitea = cls(binary, workdir, port, token, process, host)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -112,7 +115,7 @@ class Gitea:
 
     def clone_url(self, repo: str) -> str:
         """An http URL carrying the admin's token (for git push in test setup)."""
-        return f"http://{ADMIN}:{self.token}@127.0.0.1:{self.port}/{ADMIN}/{repo}.git"
+        return f"http://{ADMIN}:{self.token}@{self.host}:{self.port}/{ADMIN}/{repo}.git"
 
 
 def _env(workdir: Path) -> dict[str, str]:
@@ -131,7 +134,7 @@ def _user() -> str:
         return "root" if os.getuid() == 0 else str(os.getuid())
 
 
-def _app_ini(workdir: Path, static: Path, port: int) -> str:
+def _app_ini(workdir: Path, static: Path, port: int, host: str) -> str:
     return f"""\
 APP_NAME = gitray tests
 RUN_USER = {_user()}
@@ -140,10 +143,10 @@ WORK_PATH = {workdir}
 
 [server]
 PROTOCOL = http
-HTTP_ADDR = 127.0.0.1
+HTTP_ADDR = {host}
 HTTP_PORT = {port}
-DOMAIN = 127.0.0.1
-ROOT_URL = http://127.0.0.1:{port}/
+DOMAIN = {host}
+ROOT_URL = http://{host}:{port}/
 DISABLE_SSH = true
 START_SSH_SERVER = false
 OFFLINE_MODE = true

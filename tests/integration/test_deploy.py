@@ -60,6 +60,7 @@ OVERLAYS = {
     "base": DEPLOY,
     "example": DEPLOY / "overlays" / "example",
     "cluster-wide": DEPLOY / "overlays" / "cluster-wide",
+    "testenv": DEPLOY / "overlays" / "testenv",  # run for real by test_incluster.py
 }
 NAMESPACE = "gitray"  # gitray's own namespace, as deploy/ names it
 ALLOWED = "default"  # the namespace the base binds gitray-workloads in
@@ -218,6 +219,9 @@ def test_deployment_is_spread_probed_and_hardened(testenv: TestEnv) -> None:
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     spread = {c["topologyKey"]: c["whenUnsatisfiable"] for c in pod["topologySpreadConstraints"]}
     assert spread["kubernetes.io/hostname"] == "DoNotSchedule"
+    by_node = next(c for c in pod["topologySpreadConstraints"]
+                   if c["topologyKey"] == "kubernetes.io/hostname")
+    assert by_node["nodeTaintsPolicy"] == "Honor"  # tainted nodes are not empty domains
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 

@@ -105,15 +105,25 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise EnvError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()[-800:]}")
 
 
-def make_certs(pki: Path) -> None:
-    """A CA, the apiserver serving cert, an admin (system:masters) client cert, SA keys."""
+# The names a pod uses for the API server (the `kubernetes` Service), in its serving cert.
+_IN_CLUSTER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                     "kubernetes.default.svc.cluster.local")
+
+
+def make_certs(pki: Path, ips: tuple[str, ...] = ()) -> None:
+    """A CA, the apiserver serving cert, an admin (system:masters) client cert, SA keys.
+
+    `ips`: addresses the apiserver is also reached at besides 127.0.0.1 (with a real node: the
+    node's address and the `kubernetes` Service's ClusterIP, plus the in-cluster DNS names)."""
     pki.mkdir(parents=True, exist_ok=True)
     days = "30"
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
              "-out", "ca.crt", "-days", days, "-subj", "/CN=gitray-testenv-ca", cwd=pki)
+    sans = ["IP:127.0.0.1", "DNS:localhost", *(f"IP:{ip}" for ip in ips),
+            *((f"DNS:{n}" for n in _IN_CLUSTER_NAMES) if ips else ())]
     specs = {
         "apiserver": ("/CN=kube-apiserver",
-                      "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                      f"subjectAltName={','.join(sans)}\n"
                       "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"),
         "admin": ("/O=system:masters/CN=gitray-testenv-admin",
                   "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n"),
@@ -308,7 +318,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         return lambda: say(f"{label}: ready [{time.monotonic() - t:.1f}s]")
 
     done = step("certificates")
-    make_certs(pki)
+    make_certs(pki, (node.NODE_IP, node.KUBERNETES_SERVICE_IP) if state.node else ())
     done()
 
     done = step("etcd")
@@ -334,13 +344,21 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
 
     done = step("kube-apiserver")
     api_port = procs.free_port()
-    state.apiserver = f"https://127.0.0.1:{api_port}"
+    # With a real node, pods reach the API server like in any cluster: the `kubernetes` Service
+    # (ClusterIP, kept by the apiserver's endpoint reconciler) -> the node's address, where it
+    # listens; ServiceAccount tokens are projected into pods (admission plugin on, the
+    # controller-manager publishes kube-root-ca.crt). Without one, loopback only.
+    host = node.NODE_IP if state.node else "127.0.0.1"
+    in_cluster = ([f"--advertise-address={host}"] if state.node else
+                  ["--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+                   "--disable-admission-plugins=ServiceAccount"])
+    state.apiserver = f"https://{host}:{api_port}"
     state.kubeconfig = str(d / "kubeconfig")
     write_kubeconfig(Path(state.kubeconfig), state.apiserver, pki)
     pid, log = starter.start("kube-apiserver", [
         str(bin_ / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--bind-address={host}", *in_cluster,
         f"--secure-port={api_port}", f"--cert-dir={d / 'apiserver-certs'}",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -352,9 +370,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         *([f"--kubelet-client-certificate={pki / 'admin.crt'}",
            f"--kubelet-client-key={pki / 'admin.key'}",
            "--kubelet-preferred-address-types=InternalIP"] if state.node else []),
-        "--authorization-mode=RBAC", "--allow-privileged=true",
-        "--disable-admission-plugins=ServiceAccount",
-        "--endpoint-reconciler-type=none", "--profiling=false", "-v=1",
+        "--authorization-mode=RBAC", "--allow-privileged=true", "--profiling=false", "-v=1",
     ], [api_port])
     ctx = _client_ctx(pki)
     _wait("kube-apiserver", lambda: _http_ok(f"{state.apiserver}/readyz", ctx), 120, pid, log)

@@ -40,6 +40,8 @@ CLUSTER_CIDR = "198.18.0.0/16"
 GUARD_RANGE = "198.18.0.0/15"
 SERVICE_CIDR = "198.19.0.0/24"
 DNS_IP = "198.19.0.10"
+# The `kubernetes` Service: the first address of the Service range (the apiserver allocates it).
+KUBERNETES_SERVICE_IP = "198.19.0.1"
 NODE_NAME = "testenv-node"
 NODE_LABEL = "gitray.dev/node"  # real | kwok
 KWOK_TAINT = "gitray.dev/kwok-node"  # kwok nodes carry it while a real node is up
