@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 __all__ = [
+    "ANN_ANALYSIS",
     "ANN_CLUSTER_HASH",
     "ANN_DELETE_AFTER",
     "ANN_FAILED",
@@ -67,6 +68,7 @@ ANN_SERVE_CONFIG_HASH = "gitray.io/serve-config-hash"  # Serve config last RUNNI
 ANN_DELETE_AFTER = "gitray.io/delete-after"  # RFC 3339 UTC deadline; persisted deletion timer
 ANN_FAILED = "gitray.io/failed"  # a kept, failed pending cluster: the reason
 ANN_WAVE = "gitray.io/wave"  # set by users in Git: lower waves apply first
+ANN_ANALYSIS = "gitray.io/analysis"  # set by users in Git on a RayService: progressive checks
 
 
 class Kind(StrEnum):
@@ -87,6 +89,10 @@ class Role(StrEnum):
     SERVE_SERVICE = "serve-service"  # <rayservice>-serve-svc
     JOB = "job"  # one run of a RayJob
     OBJECT = "object"  # a supporting object (ConfigMap, ...)
+    # progressive delivery (upgradeStrategy NewClusterWithIncrementalUpgrade)
+    CLUSTER_SERVE_SERVICE = "cluster-serve-service"  # <cluster>-serve-svc: one cluster's Serve
+    GATEWAY = "gateway"  # <rayservice>-gateway
+    ROUTE = "route"  # <rayservice>-httproute: weights between two clusters' serve Services
 
 
 @dataclass(frozen=True, order=True)

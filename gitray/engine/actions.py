@@ -83,7 +83,11 @@ class Actions:
         }
 
     def run(self, namespace: str, step: Step, report: Report) -> str:
-        return self._handlers[step.type](namespace, step, report)
+        handler = self._handlers.get(step.type)
+        if handler is None:  # planned (progressive delivery) but not executed yet
+            raise TerminalError(f"step {step.id} ({step.type.value}) cannot be executed by "
+                                "this gitray yet; use upgradeStrategy NewCluster meanwhile")
+        return handler(namespace, step, report)
 
     # ---- helpers ------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
-from gitray.core.errors import StalePlanError, ValidationError
+from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
@@ -21,7 +21,7 @@ from gitray.k8s.client import Kube
 from gitray.k8s.live import read_live_state
 from gitray.parsing.config import parse_config
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
-from gitray.plans.plan import Plan
+from gitray.plans.plan import Plan, StepType
 from gitray.plans.planner import compute_plan
 from gitray.plans.stale import stale_reasons
 
@@ -47,6 +47,11 @@ class Desired:
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
+
+
+# Planned, not executed yet (issue 16: execution through a Gateway comes separately).
+NOT_EXECUTABLE = frozenset({StepType.SET_SERVE_CAPACITY, StepType.SHIFT_TRAFFIC,
+                            StepType.WAIT_INTERVAL, StepType.RUN_ANALYSIS, StepType.PAUSE})
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
@@ -118,6 +123,7 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
     again under the Lease and must still have the same steps.
     """
     lease, kube = wiring.lease, wiring.kube
+    _refuse_unexecutable(plan)
     lease.acquire(wiring.settings.lease_timeout_s, on_wait)
     lease.start_renewing()
     try:
@@ -138,6 +144,16 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
     finally:
         lease.stop_renewing()
         lease.release()
+
+
+def _refuse_unexecutable(plan: Plan) -> None:
+    """Before anything is changed: steps this gitray can plan but not yet execute (the
+    progressive-delivery steps of an incremental RayService upgrade)."""
+    unknown = sorted({f"{w.key} ({s.type.value})" for w in plan.workloads for s in w.steps
+                      if s.type in NOT_EXECUTABLE})
+    if unknown:
+        raise UserError("not applied: gitray plans but does not yet execute these steps: "
+                        + ", ".join(unknown) + "; use upgradeStrategy NewCluster meanwhile")
 
 
 def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:

@@ -17,11 +17,13 @@ from typing import Any
 from gitray.core.model import Diagnostic
 from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlsafe import YamlDocument
+from gitray.plans.upgradeoptions import options_problems
 
 __all__ = [
     "HANDLED",
     "KUBERAY_MANAGER",
     "REFUSED",
+    "UPGRADE_INCREMENTAL",
     "UPGRADE_NEW_CLUSTER",
     "UPGRADE_NONE",
     "foreign_manager",
@@ -49,7 +51,10 @@ HANDLED: Mapping[str, str] = {
                        f"upgrade; {UPGRADE_NONE} never builds a new cluster: Serve changes, "
                        "replicas and appended worker groups apply in place to the active "
                        "cluster, any other cluster change is refused at plan time "
-                       f"(gitray.plans.inplace); {UPGRADE_INCREMENTAL} is refused",
+                       f"(gitray.plans.inplace); {UPGRADE_INCREMENTAL} moves the traffic "
+                       "through a Gateway API HTTPRoute in weight steps from "
+                       "clusterUpgradeOptions, analysed per gitray.io/analysis "
+                       "(gitray.plans.incremental)",
     "excludeHeadPodFromServeSvc": "true: the serve Service selects only worker pods with a "
                                   "healthy Serve proxy (ray.io/node-type=worker), as KubeRay "
                                   "does; refused when the cluster has no worker group",
@@ -129,10 +134,7 @@ def _upgrade_strategy(strategy: object) -> Iterator[tuple[JsonPath, str]]:
     kind = strategy.get("type")
     where: JsonPath = ("spec", "upgradeStrategy", "type")
     if kind == UPGRADE_INCREMENTAL:
-        yield where, (
-            f"spec.upgradeStrategy.type: {UPGRADE_INCREMENTAL} is not supported: gitray would "
-            "switch all traffic at once (blue-green) instead of shifting it step by step; use "
-            f"{UPGRADE_NEW_CLUSTER} (or remove upgradeStrategy) to accept that")
+        yield from options_problems(strategy)
     elif kind is not None and kind not in {UPGRADE_NEW_CLUSTER, UPGRADE_NONE}:
         yield where, (
             f"spec.upgradeStrategy.type {kind!r} is not an upgrade type: write "
@@ -140,4 +142,4 @@ def _upgrade_strategy(strategy: object) -> Iterator[tuple[JsonPath, str]]:
     if "clusterUpgradeOptions" in strategy and kind != UPGRADE_INCREMENTAL:
         yield ("spec", "upgradeStrategy", "clusterUpgradeOptions"), (
             "spec.upgradeStrategy.clusterUpgradeOptions only applies to "
-            f"{UPGRADE_INCREMENTAL}, which gitray does not support; remove it")
+            f"{UPGRADE_INCREMENTAL}; set that type or remove the options")

@@ -1,7 +1,8 @@
 """The live state a cluster would have if it exactly matched a set of workloads. Pure.
 
 Used for ``gitray plan --against REV`` (offline PR previews) and by tests to build live
-states: RayServices get their cluster and both Services with Serve RUNNING; RayJob runs are
+states: RayServices get their cluster and both Services with Serve RUNNING (and, upgraded
+incrementally, their per-cluster serve Service, Gateway and HTTPRoute); RayJob runs are
 finished; everything else is as applied. resourceVersions are empty: nothing here is real.
 """
 
@@ -12,7 +13,12 @@ from typing import Any
 
 from gitray.core.config import Config
 from gitray.core.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
-from gitray.plans.fields import foreign_manager
+from gitray.plans.fields import UPGRADE_INCREMENTAL, foreign_manager, upgrade_type
+from gitray.plans.gateway import (
+    cluster_serve_service_manifest,
+    gateway_manifest,
+    route_manifest,
+)
 from gitray.plans.manifests import (
     cluster_manifest,
     job_manifest,
@@ -21,6 +27,7 @@ from gitray.plans.manifests import (
     service_manifest,
 )
 from gitray.plans.names import parse_serve_config, serve_config_hash
+from gitray.plans.upgradeoptions import read_options
 
 __all__ = ["as_live", "materialize"]
 
@@ -47,6 +54,12 @@ def materialize(workloads: Sequence[Workload], config: Config) -> LiveState:
             objects.append(as_live(cluster, {"state": "ready"}))
             for role in (Role.HEAD_SERVICE, Role.SERVE_SERVICE):
                 objects.append(as_live(service_manifest(w, role, name, config.instance)))
+            if upgrade_type(w.spec) == UPGRADE_INCREMENTAL:
+                options = read_options(w.spec["upgradeStrategy"])
+                objects += [as_live(cluster_serve_service_manifest(w, name, config.instance)),
+                            as_live(gateway_manifest(w, options.gateway_class,
+                                                     config.instance)),
+                            as_live(route_manifest(w, [(name, 100)], config.instance))]
         elif w.key.kind == Kind.RAY_CLUSTER:
             objects.append(as_live(cluster_manifest(w, config.instance), {"state": "ready"}))
         elif w.key.kind == Kind.RAY_JOB:

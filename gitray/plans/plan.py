@@ -1,6 +1,7 @@
 """Plan, WorkloadPlan and Step: a plan as data, with its JSON codec. Pure, no I/O.
 
-The JSON form is the public contract in ``schemas/plan.schema.json`` (``formatVersion`` 1).
+The JSON form is the public contract in ``schemas/plan.schema.json`` (``formatVersion`` 2:
+version 1 plus the progressive-delivery step types; a version-1 plan still reads).
 Fields documented as *display-only* (``reason``, ``notes``, ``changes``) are for people; no
 decision is ever taken on them.
 """
@@ -16,6 +17,7 @@ from gitray.core.model import JSON, ObjectKey, SourceLocation
 
 __all__ = [
     "FORMAT_VERSION",
+    "READABLE_FORMAT_VERSIONS",
     "Action",
     "BasisObject",
     "FieldChange",
@@ -28,7 +30,8 @@ __all__ = [
     "plan_to_json",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)  # a version-1 plan is a version-2 plan without new steps
 
 
 class StepType(StrEnum):
@@ -51,12 +54,19 @@ class StepType(StrEnum):
     DELETE_JOB = "delete-job"
     APPLY_OBJECT = "apply-object"
     DELETE_OBJECT = "delete-object"
+    # progressive delivery (RayService upgradeStrategy NewClusterWithIncrementalUpgrade)
+    SET_SERVE_CAPACITY = "set-serve-capacity"  # Serve target_capacity of one cluster
+    SHIFT_TRAFFIC = "shift-traffic"  # HTTPRoute backendRefs weights between two clusters
+    WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
+    RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
+    PAUSE = "pause"  # timed, or until `gitray promote`
 
     @property
     def mutates(self) -> bool:
-        """Whether the step changes the cluster (wait steps only observe)."""
+        """Whether the step changes the cluster (wait steps only observe; an analysis may
+        roll back, so it counts as mutating)."""
         return self not in {StepType.WAIT_CLUSTER_READY, StepType.WAIT_SERVE_RUNNING,
-                            StepType.WAIT_JOB}
+                            StepType.WAIT_JOB, StepType.WAIT_INTERVAL, StepType.PAUSE}
 
 
 class Action(StrEnum):
@@ -207,7 +217,7 @@ def summarize(plan: Plan) -> dict[str, int]:
 def plan_from_json(data: Mapping[str, Any]) -> Plan:
     """Inverse of :func:`plan_to_json`. Raises ``ValueError``/``KeyError`` on a bad document;
     callers validate against the schema first for a readable error."""
-    if data.get("formatVersion") != FORMAT_VERSION:
+    if data.get("formatVersion") not in READABLE_FORMAT_VERSIONS:
         raise ValueError(f"unsupported plan formatVersion {data.get('formatVersion')!r}")
     workloads = []
     for item in data["workloads"]:

@@ -34,6 +34,14 @@ from gitray.core.model import (
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.fields import UPGRADE_NONE, foreign_manager, upgrade_type
+from gitray.plans.incremental import (
+    drop_cluster_service,
+    ensure_routing,
+    incremental,
+    incremental_rollback,
+    incremental_upgrade,
+    restore_traffic,
+)
 from gitray.plans.inplace import InPlace, judge_in_place, live_cluster_hash, refusal_message
 from gitray.plans.manifests import (
     serves_from_workers_only,
@@ -67,6 +75,8 @@ class RayServiceLive:
     active: str | None = None
     # every serve Service: two while one named by spec.serveService replaces another
     serve_services: tuple[LiveObject, ...] = ()
+    # incremental upgrade: per-cluster serve Services, Gateway, HTTPRoute (gitray.plans.gateway)
+    extras: tuple[LiveObject, ...] = ()
 
     def previous(self) -> dict[str, LiveObject]:
         return {n: c for n, c in self.clusters.items()
@@ -93,8 +103,13 @@ def read_rayservice_live(owned: tuple[LiveObject, ...]) -> RayServiceLive:
     active = _selected_cluster(serve) or _selected_cluster(head)
     if active not in clusters:
         active = None  # a Service pointing at a cluster that is gone: nothing is serving
+    extras = tuple(o for o in owned if o.role in _EXTRA_ROLES)
     return RayServiceLive(clusters=clusters, head_service=head, serve_service=serve,
-                          active=active, serve_services=serves)
+                          active=active, serve_services=serves, extras=extras)
+
+
+_EXTRA_ROLES = frozenset({Role.CLUSTER_SERVE_SERVICE.value, Role.GATEWAY.value,
+                          Role.ROUTE.value})
 
 
 def _due(cluster: LiveObject, now: datetime) -> bool:
@@ -126,19 +141,22 @@ class _Ctx:
             if _due(cluster, self.now):
                 self.steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
                                f"deletion of old cluster {name} was due at {when}")
+                drop_cluster_service(self, name)
             else:
                 self.notes.append(f"old cluster {name} is scheduled for deletion at {when}")
 
     def abandon_pending(self, keep: str | None, revert: bool) -> None:
-        for name in sorted(self.live.pending()):
-            if name == keep:
-                continue
+        dropped = sorted(n for n in self.live.pending() if n != keep)
+        if dropped and incremental(self):  # it may be taking traffic: take it back first
+            restore_traffic(self)
+        for name in dropped:
             if revert:
                 self.steps.add(StepType.CANCEL_UPGRADE, name, {"cluster": name},
                                f"Git reverted to the active spec: cancel the upgrade to {name}")
             else:
                 self.steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
                                f"pending cluster {name} no longer matches Git: abandon it")
+            drop_cluster_service(self, name)
 
     def point_services(self, target: str, *, switch_only: bool = False) -> None:
         """Create or switch head then serve Service to ``target`` (head first, always); then
@@ -192,11 +210,13 @@ class _Ctx:
                                f"the serve Service is now {name} (spec.serveService)")
 
     def deploy_and_wait(self, cluster: str, serve: Mapping[str, object], serve_hash: str,
-                        why: str) -> None:
-        self.steps.add(StepType.DEPLOY_SERVE, cluster,
-                       {"cluster": cluster, "serveConfig": dict(serve),
-                        "serveConfigHash": serve_hash,
-                        "timeoutSeconds": self.config.rayservice.serve_ready_timeout_s}, why)
+                        why: str, target_capacity: int | None = None) -> None:
+        params: dict[str, object] = {
+            "cluster": cluster, "serveConfig": dict(serve), "serveConfigHash": serve_hash,
+            "timeoutSeconds": self.config.rayservice.serve_ready_timeout_s}
+        if target_capacity is not None:  # Serve's target_capacity (incremental upgrade)
+            params["targetCapacity"] = target_capacity
+        self.steps.add(StepType.DEPLOY_SERVE, cluster, params, why)
         self.wait_running(cluster, serve, serve_hash,
                           "wait until every Serve application is RUNNING")
 
@@ -257,9 +277,11 @@ def plan_rayservice(
         # (the second: a cluster grown in place under upgradeStrategy None keeps its name)
         action = _same_cluster(ctx, running.name, cluster_config, serve, serve_hash)
     elif target in live.previous():
-        action = _instant_rollback(ctx, target, serve, serve_hash)
+        rollback = incremental_rollback if incremental(ctx) else _instant_rollback
+        action = rollback(ctx, target, serve, serve_hash)
     else:
-        action = _blue_green(ctx, target, serve, serve_hash)
+        upgrade = incremental_upgrade if incremental(ctx) else _blue_green
+        action = upgrade(ctx, target, serve, serve_hash)
     changes: tuple[FieldChange, ...] = ()
     if running is not None and live_cluster_hash(running) != cluster_hash(cluster_config):
         changes = ctx.changes(cluster_config, running, "spec.rayClusterConfig")
@@ -271,7 +293,7 @@ def plan_rayservice(
 
 
 def _build_new_cluster(ctx: _Ctx, target: str, serve: Mapping[str, object],
-                       serve_hash: str) -> None:
+                       serve_hash: str, target_capacity: int | None = None) -> None:
     """Steps 1-4 of a rollout: create (unless it exists), wait ready, deploy, wait RUNNING."""
     existing = ctx.live.clusters.get(target)
     if existing is not None and ANN_FAILED in existing.annotations:
@@ -288,7 +310,9 @@ def _build_new_cluster(ctx: _Ctx, target: str, serve: Mapping[str, object],
                    "timeoutSeconds": ctx.config.rayservice.cluster_ready_timeout_s},
                   "wait until the head pod is ready")
     ctx.deploy_and_wait(target, serve, serve_hash,
-                        f"send the Serve config to the new cluster {target}")
+                        f"send the Serve config to the new cluster {target}"
+                        + (f" at {target_capacity} % capacity (maxSurgePercent)"
+                           if target_capacity is not None else ""), target_capacity)
 
 
 def _first_rollout(ctx: _Ctx, target: str, serve: Mapping[str, object],
@@ -303,6 +327,8 @@ def _first_rollout(ctx: _Ctx, target: str, serve: Mapping[str, object],
     else:
         _build_new_cluster(ctx, target, serve, serve_hash)
     ctx.point_services(target)
+    if incremental(ctx):
+        ensure_routing(ctx, target)
     return Action.CREATE if not ctx.live.clusters else Action.UPDATE
 
 
@@ -329,6 +355,8 @@ def _same_cluster(ctx: _Ctx, target: str, cluster_config: Mapping[str, object],
         ctx.deploy_and_wait(target, serve, serve_hash,
                             f"Serve config changed: send it to the active cluster {target}")
     ctx.point_services(target)
+    if incremental(ctx):
+        ensure_routing(ctx, target)
     return Action.UPDATE
 
 
@@ -410,6 +438,7 @@ def _plan_removal(key: ObjectKey, live: RayServiceLive,
     """Removed from Git (prune on): Services first, then clusters, then anything else."""
     steps = StepList()
     services = [svc for svc in (live.head_service, *live.serve_services) if svc is not None]
+    services += [o for o in live.extras if o.kind == "Service"]
     others = [o for o in owned if o.kind not in {Kind.RAY_CLUSTER, "Service"}]
     for step_type, objects in ((StepType.DELETE_SERVICE, services),
                                (StepType.DELETE_CLUSTER, [live.clusters[n]

@@ -62,6 +62,9 @@ def describe_step(step: Step) -> str:
         case StepType.WAIT_CLUSTER_READY:
             timeout = _duration(p.get("timeoutSeconds"))
             return f"wait for {t} to be ready (head pod ready, timeout {timeout})"
+        case StepType.DEPLOY_SERVE if isinstance(p.get("targetCapacity"), int):
+            return (f"deploy the Serve config to {t} at target_capacity "
+                    f"{p['targetCapacity']} % ({_apps(p)})")
         case StepType.DEPLOY_SERVE:
             return f"deploy the Serve config to {t} ({_apps(p)})"
         case StepType.WAIT_SERVE_RUNNING:
@@ -94,7 +97,46 @@ def describe_step(step: Step) -> str:
             return f"apply {kind} {t}"
         case StepType.DELETE_OBJECT:
             return f"delete {p.get('kind', 'object')} {t}"
+        case StepType.SET_SERVE_CAPACITY:
+            return f"set Serve target_capacity of {t} to {p.get('targetCapacity')} %"
+        case StepType.SHIFT_TRAFFIC:
+            return _shift(p, t)
+        case StepType.WAIT_INTERVAL:
+            return f"hold {p.get('percent')} % on {t} for {_duration(p.get('seconds'))}"
+        case StepType.RUN_ANALYSIS:
+            return _analysis(p, t)
+        case StepType.PAUSE if p.get("untilPromoted"):
+            return f"pause at {p.get('percent')} % until `{p.get('promote')}`"
+        case StepType.PAUSE:
+            return f"pause at {p.get('percent')} % for {_duration(p.get('seconds'))}"
     return f"{step.type.value} {t}"  # pragma: no cover - match is exhaustive
+
+
+def _shift(p: Mapping[str, JSON], route: str) -> str:
+    new, old, percent = p.get("cluster"), p.get("from"), p.get("percent")
+    if new == old:
+        return f"send all traffic to {new} (HTTPRoute {route})"
+    step = f" step {p.get('step')}/{p.get('steps')}" if p.get("step") else ""
+    rest = 100 - percent if isinstance(percent, int) else "?"
+    return f"shift traffic{step}: {percent} % to {new}, {rest} % to {old} (HTTPRoute {route})"
+
+
+def _check(check: Mapping[str, JSON]) -> str:
+    match check.get("type"):
+        case "success-rate":
+            return f"success rate >= {check.get('min')} %"
+        case "latency":
+            return f"p{check.get('percentile')} latency <= {check.get('maxMs')} ms"
+        case "webhook":
+            return f"webhook {check.get('name')}"
+    return "Serve health"
+
+
+def _analysis(p: Mapping[str, JSON], cluster: str) -> str:
+    checks = ", ".join(_check(c) for c in p.get("checks") or [] if isinstance(c, dict))
+    limit = p.get("failureLimit")
+    return (f"analyse {cluster} at {p.get('percent')} % over {_duration(p.get('windowSeconds'))}"
+            f": {checks} (roll back after {limit} failed analys{'i' if limit == 1 else 'e'}s)")
 
 
 def _value(value: JSON) -> str:
@@ -115,8 +157,12 @@ def summary_line(plan: Plan) -> str:
     if not plan.has_changes:
         return "No changes. The cluster matches this revision."
     steps = sum(len(w.steps) for w in plan.workloads)
+    replaced = [w for w in plan.workloads if w.action is Action.REPLACE]
+    gradual = sum(1 for w in replaced if _traffic_steps(w))
+    how = "blue-green" if not gradual else "incremental" if gradual == len(replaced) \
+        else "blue-green or incremental"
     return (f"Plan: {counts[Action.CREATE]} to create, {counts[Action.UPDATE]} to update, "
-            f"{counts[Action.REPLACE]} to replace (blue-green), {counts[Action.DELETE]} to "
+            f"{counts[Action.REPLACE]} to replace ({how}), {counts[Action.DELETE]} to "
             f"delete; {steps} step{'s' if steps != 1 else ''}.")
 
 
@@ -130,6 +176,17 @@ def _against(plan: Plan) -> str:
 
 def _what(plan: Plan) -> str:
     return plan.label or f"revision {plan.revision[:12]}"
+
+
+def _traffic_steps(w: WorkloadPlan) -> int:
+    return sum(1 for s in w.steps if s.type is StepType.SHIFT_TRAFFIC and s.params.get("step"))
+
+
+def _verb(w: WorkloadPlan) -> str:
+    steps = _traffic_steps(w)
+    if w.action is Action.REPLACE and steps:
+        return f"will get a new cluster (incremental: {steps} traffic steps)"
+    return _VERBS[w.action]
 
 
 def _heading(w: WorkloadPlan) -> str:
@@ -149,7 +206,7 @@ def _text(plan: Plan, colour: bool) -> str:
             continue
         where = f"  ({w.source})" if w.source else ""
         out.append(f"  # {_heading(w)}{where}")
-        line = f"  {w.action.marker} {_heading(w)} {_VERBS[w.action]}"
+        line = f"  {w.action.marker} {_heading(w)} {_verb(w)}"
         out.append(paint(_COLOURS[w.action], line))
         out += [f"      {_change_line(c)}" for c in w.changes]
         out += [f"      {i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]
@@ -174,7 +231,7 @@ def _markdown(plan: Plan) -> str:
         out.append("")
     for w in changed:
         out += ["<details>", f"<summary><code>{w.action.marker} {_heading(w)}</code> "
-                f"{_VERBS[w.action]}</summary>", ""]
+                f"{_verb(w)}</summary>", ""]
         if w.changes:
             out += ["```diff", *(_change_line(c) for c in w.changes), "```"]
         out += [f"{i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]

@@ -18,9 +18,11 @@ from typing import Any
 from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.parsing.text import JsonPath, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
-from gitray.plans.fields import refused_fields
+from gitray.plans.analysis import analysis_diagnostics
+from gitray.plans.fields import UPGRADE_INCREMENTAL, refused_fields, upgrade_type
 from gitray.plans.servecheck import import_path_problem, serve_problems
 from gitray.plans.serveservice import serve_service_problems, serve_service_warnings
+from gitray.plans.upgradeoptions import Weight, options_problems, read_options, schedule
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
 
@@ -50,7 +52,8 @@ def check_rules(kind: str, document: YamlDocument,
             warnings += serve_service_warnings(document, spec)
         return (_rayservice(document, spec, warnings) + refused_fields(document, spec)
                 + serve_service_problems(document, name, namespace if isinstance(namespace, str)
-                                         else None, spec))
+                                         else None, spec)
+                + _analysis(document, spec))
     if kind == "ConfigMap":
         return _configmap(document, manifest)
     return []
@@ -87,6 +90,20 @@ def _rayservice(document: YamlDocument, spec: dict[str, Any],
         return problems
     problems.extend(_serve_config(document, text, warnings))
     return problems
+
+
+def _analysis(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
+    """The ``gitray.io/analysis`` annotation, its pauses placed on the upgrade's weights."""
+    incremental = upgrade_type(spec) == UPGRADE_INCREMENTAL
+    strategy = spec.get("upgradeStrategy")
+    weights = None
+    if incremental and isinstance(strategy, dict) and not any(options_problems(strategy)):
+        try:
+            moves = schedule(read_options(strategy))
+            weights = [m.percent for m in moves if isinstance(m, Weight)]
+        except ValueError:
+            weights = None  # mistyped options: reported by the schema
+    return analysis_diagnostics(document, incremental, weights)
 
 
 def _serve_config(document: YamlDocument, text: str,

@@ -176,17 +176,17 @@ def spec_with(extra: str) -> str:
 
 
 REFUSAL_CASES = {
-    "incremental upgrade is refused, never silently blue-green": (
+    "an incremental upgrade that would never move traffic is refused": (
         """\
         upgradeStrategy:
           type: NewClusterWithIncrementalUpgrade
           clusterUpgradeOptions:
             gatewayClassName: istio
             intervalSeconds: 30
-            stepSizePercent: 10
+            stepSizePercent: 0
         """,
-        "m.yaml:20:5: spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not "
-        "supported: gitray would switch all traffic at once"),
+        "m.yaml:24:7: spec.upgradeStrategy.clusterUpgradeOptions.stepSizePercent 0 must be "
+        "between 1 and 100"),
     "an unknown upgrade type is named": (
         "upgradeStrategy: {type: Rolling}\n",
         "m.yaml:19:21: spec.upgradeStrategy.type 'Rolling' is not an upgrade type"),
@@ -197,7 +197,7 @@ REFUSAL_CASES = {
                                   stepSizePercent: 5}
         """,
         "m.yaml:20:5: spec.upgradeStrategy.clusterUpgradeOptions only applies to "
-        "NewClusterWithIncrementalUpgrade"),
+        "NewClusterWithIncrementalUpgrade; set that type or remove the options"),
     "excluding the head pod from a serve Service of a cluster without workers": (
         "excludeHeadPodFromServeSvc: true\n",
         "m.yaml:19:3: spec.excludeHeadPodFromServeSvc: true leaves the serve Service without "

@@ -36,10 +36,7 @@ CONFIG = b'apiVersion: gitray.io/v1alpha1\nkind: Config\nallowedNamespaces: ["*"
 GENERATE_NAME = "metadata.generateName is not supported: GitOps needs a stable name"
 
 # Samples that ask for something gitray refuses by name, with the message they must get.
-REFUSED = {
-    "ray-service.incremental-upgrade.yaml":
-        "spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not supported",
-}
+REFUSED: dict[str, str] = {}
 
 
 def _samples_dir() -> tuple[Path | None, str]:

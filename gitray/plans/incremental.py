@@ -1,0 +1,259 @@
+"""RayService incremental upgrade (progressive delivery) as an explicit plan. Pure, no I/O.
+
+``upgradeStrategy.type: NewClusterWithIncrementalUpgrade`` replaces the blue-green switch by
+visible weight steps (``gitray.plans.upgradeoptions`` computes them from KubeRay's
+``clusterUpgradeOptions``)::
+
+    create-cluster new · wait-cluster-ready · deploy-serve (target_capacity = maxSurge)
+    · wait-serve-running · per step: [set-serve-capacity new, wait-serve-running,
+      set-serve-capacity old] shift-traffic · run-analysis | wait-interval · [pause]
+    · switch-service head, serve → new · schedule-cluster-deletion old
+
+Traffic goes through ``<service>-httproute`` (``gitray.plans.gateway``); the analysis and the
+pauses come from the ``gitray.io/analysis`` annotation (``gitray.plans.analysis``). Leaving an
+upgrade half-way (a new commit, a revert) first sends all traffic back to the active cluster at
+full capacity, then drops the pending cluster.
+
+The planner only reads what the live state holds: per-cluster serve Services are listed with
+the other Services; Gateway and HTTPRoute objects are used when the live state has them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gitray.core.model import ANN_SERVE_CONFIG_HASH, JSON, LiveObject, Role
+from gitray.plans.analysis import Analysis, Pause, land_pauses, read_analysis
+from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
+from gitray.plans.gateway import (
+    backends,
+    cluster_serve_service_manifest,
+    cluster_serve_service_name,
+    gateway_manifest,
+    route_manifest,
+    route_name,
+    serve_port,
+)
+from gitray.plans.plan import Action, StepType
+from gitray.plans.upgradeoptions import (
+    Capacity,
+    IncrementalOptions,
+    Side,
+    Weight,
+    read_options,
+    schedule,
+)
+
+if TYPE_CHECKING:
+    from gitray.plans.rayservice import _Ctx
+
+__all__ = [
+    "drop_cluster_service",
+    "ensure_routing",
+    "incremental",
+    "incremental_rollback",
+    "incremental_upgrade",
+    "restore_traffic",
+]
+
+_ANALYSIS_METRICS = {  # metric names per gateway (metrics.provider)
+    "traefik": {"requests": "traefik_service_requests_total",
+                "durations": "traefik_service_request_duration_seconds"},
+}
+
+
+def incremental(ctx: _Ctx) -> bool:
+    return upgrade_type(ctx.workload.spec) == UPGRADE_INCREMENTAL
+
+
+def _options(ctx: _Ctx) -> IncrementalOptions:
+    strategy = ctx.workload.spec.get("upgradeStrategy")
+    return read_options(strategy if isinstance(strategy, Mapping) else {})
+
+
+def _live_extra(ctx: _Ctx, role: Role, name: str) -> LiveObject | None:
+    return next((o for o in ctx.live.extras if o.role == role and o.name == name), None)
+
+
+def drop_cluster_service(ctx: _Ctx, cluster: str) -> None:
+    """Delete ``<cluster>-serve-svc`` with its cluster (when the live state has it)."""
+    name = cluster_serve_service_name(cluster)
+    if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
+        ctx.steps.add(StepType.DELETE_SERVICE, name, {"service": name},
+                      f"cluster {cluster} goes: so does its serve Service")
+
+
+def _ensure_cluster_service(ctx: _Ctx, cluster: str) -> bool:
+    """Create ``<cluster>-serve-svc`` unless live; whether it had to be created."""
+    name = cluster_serve_service_name(cluster)
+    if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
+        return False
+    manifest = cluster_serve_service_manifest(ctx.workload, cluster, ctx.config.instance)
+    ctx.steps.add(StepType.APPLY_OBJECT, name, {"manifest": manifest},
+                  f"a serve Service for {cluster} alone (an HTTPRoute backend)")
+    return True
+
+
+def ensure_routing(ctx: _Ctx, cluster: str) -> None:
+    """The per-cluster serve Service of ``cluster``, and when it was missing (a first rollout,
+    or a RayService just switched to the incremental upgrade) the Gateway and the HTTPRoute
+    sending everything to ``cluster``. A Gateway of another class (when live) is updated."""
+    options = _options(ctx)
+    created = _ensure_cluster_service(ctx, cluster)
+    gateway = gateway_manifest(ctx.workload, options.gateway_class, ctx.config.instance)
+    live_gateway = _live_extra(ctx, Role.GATEWAY, gateway["metadata"]["name"])
+    if created or (live_gateway is not None
+                   and live_gateway.spec.get("gatewayClassName") != options.gateway_class):
+        ctx.steps.add(StepType.APPLY_OBJECT, gateway["metadata"]["name"],
+                      {"manifest": gateway},
+                      f"the Gateway (class {options.gateway_class}) in front of {ctx.name}")
+    if created:
+        route = route_manifest(ctx.workload, [(cluster, 100)], ctx.config.instance)
+        ctx.steps.add(StepType.APPLY_OBJECT, route["metadata"]["name"], {"manifest": route},
+                      f"the HTTPRoute sending all traffic to {cluster}")
+
+
+def restore_traffic(ctx: _Ctx) -> None:
+    """Before a pending cluster is dropped mid-upgrade: all traffic back to the active
+    cluster, at full Serve capacity."""
+    active = ctx.live.active
+    if active is None:
+        return
+    _shift(ctx, active, None, 0, "an upgrade is left: all traffic back to " + active)
+    ctx.steps.add(StepType.SET_SERVE_CAPACITY, active,
+                  {"cluster": active, "targetCapacity": 100},
+                  f"{active} serves everything again: full Serve capacity")
+
+
+def _shift(ctx: _Ctx, old: str, new: str | None, percent: int, why: str,
+           step: tuple[int, int] | None = None) -> None:
+    weights = [(old, 100 - percent)] + ([(new, percent)] if new is not None else [])
+    route = route_manifest(ctx.workload, weights, ctx.config.instance)
+    params: dict[str, JSON] = {"route": route["metadata"]["name"], "manifest": route,
+                               "cluster": new or old, "from": old, "percent": percent,
+                               "backends": backends(ctx.workload, weights)}
+    if step is not None:
+        params["step"], params["steps"] = step
+    ctx.steps.add(StepType.SHIFT_TRAFFIC, route_name(ctx.name), params, why)
+
+
+def incremental_upgrade(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                        serve_hash: str) -> Action:
+    """Cluster spec changed: build the new cluster at the surge capacity, move the traffic
+    to it weight step by weight step (each held, analysed, maybe paused), then promote."""
+    from gitray.plans.rayservice import _build_new_cluster  # the shared steps 1-4
+
+    old = ctx.live.active
+    assert old is not None
+    options = _options(ctx)
+    analysis = read_analysis(ctx.workload.manifest)
+    ctx.abandon_pending(keep=target, revert=False)
+    ctx.cleanup_previous()
+    _build_new_cluster(ctx, target, serve, serve_hash,
+                       target_capacity=options.max_surge_percent)
+    ensure_routing(ctx, old)
+    _ensure_cluster_service(ctx, target)
+    moves = schedule(options)
+    weights = [m.percent for m in moves if isinstance(m, Weight)]
+    pauses = land_pauses(analysis.pauses, weights)[0] if analysis is not None else {}
+    done = 0
+    for move in moves:
+        if isinstance(move, Capacity) and move.side is Side.NEW:
+            ctx.steps.add(StepType.SET_SERVE_CAPACITY, target,
+                          {"cluster": target, "targetCapacity": move.percent,
+                           "serveConfig": dict(serve), "serveConfigHash": serve_hash},
+                          f"grow {target} to {move.percent} % of the Serve replicas "
+                          f"(maxSurgePercent {options.max_surge_percent})")
+            ctx.wait_running(target, serve, serve_hash,
+                             f"wait until {target}'s new replicas are RUNNING")
+        elif isinstance(move, Capacity):
+            ctx.steps.add(StepType.SET_SERVE_CAPACITY, old,
+                          {"cluster": old, "targetCapacity": move.percent},
+                          f"shrink {old} to {move.percent} %: its traffic moved away")
+        else:
+            done += 1
+            _weight_step(ctx, options, analysis, old, target, move.percent,
+                         (done, len(weights)), pauses.get(done - 1))
+    ctx.point_services(target)
+    ctx.schedule_deletion(old)
+    ctx.notes.append(f"incremental upgrade: {old} -> {target} in {len(weights)} traffic "
+                     f"step(s) of {options.step_percent} % every {options.interval_s} s "
+                     f"(maxSurgePercent {options.max_surge_percent}, Gateway class "
+                     f"{options.gateway_class})" + ("" if analysis is None or not
+                                                     analysis.checks else ", analysed"))
+    return Action.REPLACE
+
+
+def _weight_step(ctx: _Ctx, options: IncrementalOptions, analysis: Analysis | None,
+                 old: str, new: str, percent: int, step: tuple[int, int],
+                 pause: Pause | None) -> None:
+    _shift(ctx, old, new, percent, f"traffic step {step[0]}/{step[1]}: {percent} % to {new}",
+           step)
+    if analysis is not None and analysis.checks:
+        ctx.steps.add(StepType.RUN_ANALYSIS, new,
+                      _analysis_params(ctx, analysis, options, old, new, percent, step),
+                      f"check {new} while it takes {percent} % of the traffic")
+    else:
+        ctx.steps.add(StepType.WAIT_INTERVAL, new,
+                      {"cluster": new, "seconds": options.interval_s, "percent": percent},
+                      f"hold {percent} % for intervalSeconds")
+    if pause is not None:
+        params: dict[str, JSON] = {"cluster": new, "percent": percent,
+                                   "promote": f"gitray promote {ctx.workload.key.namespace}/"
+                                              f"{ctx.name}"}
+        if pause.seconds is None:
+            params["untilPromoted"] = True
+        else:
+            params["seconds"] = pause.seconds
+        ctx.steps.add(StepType.PAUSE, new, params,
+                      f"pause at {percent} % (gitray.io/analysis pauses)")
+
+
+def _analysis_params(ctx: _Ctx, analysis: Analysis, options: IncrementalOptions, old: str,
+                     new: str, percent: int, step: tuple[int, int]) -> dict[str, JSON]:
+    keep = analysis.keep_failed_clusters
+    params: dict[str, JSON] = {
+        "cluster": new, "previous": old, "percent": percent, "step": step[0],
+        "steps": step[1], "windowSeconds": options.interval_s,
+        "checks": [c.to_json() for c in analysis.checks],
+        "failureLimit": analysis.failure_limit,
+        "backend": {"namespace": ctx.workload.key.namespace,
+                    "service": cluster_serve_service_name(new),
+                    "port": serve_port(ctx.workload)},
+        "onFailure": {"trafficTo": old, "restoreCapacity": 100, "keepFailedCluster":
+                      ctx.config.rayservice.keep_failed_clusters if keep is None else keep},
+    }
+    if analysis.metrics_url:
+        params["metrics"] = {"url": analysis.metrics_url,
+                             "provider": analysis.metrics_provider,
+                             **_ANALYSIS_METRICS[analysis.metrics_provider]}
+    return params
+
+
+def incremental_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
+                         serve_hash: str) -> Action:
+    """Git went back to a spec whose cluster still exists (deletion not yet due): full
+    capacity there, all traffic back to it, no new cluster."""
+    old = ctx.live.active
+    assert old is not None
+    previous = ctx.live.clusters[target]
+    ctx.abandon_pending(keep=None, revert=False)
+    ctx.cleanup_previous(keep=target)
+    if previous.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
+        ctx.deploy_and_wait(target, serve, serve_hash,
+                            f"send the Serve config to {target} before switching back")
+    else:
+        ctx.steps.add(StepType.SET_SERVE_CAPACITY, target,
+                      {"cluster": target, "targetCapacity": 100,
+                       "serveConfig": dict(serve), "serveConfigHash": serve_hash},
+                      f"{target} takes all traffic again: full Serve capacity")
+        ctx.wait_running(target, serve, serve_hash, f"check Serve is RUNNING on {target}")
+    _ensure_cluster_service(ctx, target)
+    _shift(ctx, old, target, 100, f"instant rollback: all traffic back to {target}")
+    ctx.point_services(target, switch_only=True)
+    ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
+                  f"keep {target}: it serves again")
+    ctx.schedule_deletion(old)
+    ctx.notes.append(f"instant rollback: {old} -> {target} (still awaiting deletion)")
+    return Action.REPLACE
