@@ -52,7 +52,14 @@ from gitray.daemon.metrics import Metrics
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
-from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
+from gitray.engine.apply import (
+    NOT_EXECUTABLE,
+    Desired,
+    desired_from,
+    live_plan,
+    read_live,
+    resumable,
+)
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RunState
@@ -63,7 +70,12 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseRecord
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
-from gitray.plans.filters import earliest_deadline, only_deletions, skip_failed
+from gitray.plans.filters import (
+    earliest_deadline,
+    hold_unexecutable,
+    only_deletions,
+    skip_failed,
+)
 from gitray.plans.load import LoadMemo
 from gitray.plans.plan import Plan
 
@@ -394,11 +406,21 @@ class Daemon:
                          plan.revision[:7])
         if trigger == "deletions":
             plan = only_deletions(plan)
+        # Planned but not executable yet (an incremental RayService upgrade): held back whole,
+        # before any change, never started and failed half-way.
+        plan, held = hold_unexecutable(plan, NOT_EXECUTABLE)
+        for key, types in held.items():
+            log.error("%s: %s not applied: gitray plans but does not yet execute %s; use "
+                      "upgradeStrategy NewCluster meanwhile", sha[:7], key, ", ".join(types))
+            if trigger in {"commit", "retry"}:
+                self.post_status(sha, key, "failure",
+                                 f"not applied: gitray does not yet execute {', '.join(types)} "
+                                 "steps; use upgradeStrategy NewCluster meanwhile")
         resume = resumable(plan, records)
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
             # sync": its failure status stands (e.g. for a new leader polling that commit)
-            if trigger in {"commit", "retry"} and not failed_before:
+            if trigger in {"commit", "retry"} and not failed_before and not held:
                 self._converged(sha, desired, plan)
             return []
         log.info("sync %s (%s): %s", sha[:7], trigger,

@@ -17,7 +17,7 @@ from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
 
-__all__ = ["earliest_deadline", "only_deletions", "skip_failed"]
+__all__ = ["earliest_deadline", "hold_unexecutable", "only_deletions", "skip_failed"]
 
 
 def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list[ObjectKey]]:
@@ -32,6 +32,22 @@ def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list
         else:
             keep.append(w)
     return replace(plan, workloads=tuple(keep)), skipped
+
+
+def hold_unexecutable(plan: Plan, types: frozenset[StepType]
+                      ) -> tuple[Plan, dict[ObjectKey, list[str]]]:
+    """``plan`` without the steps of workloads that hold a step of ``types``, and for each
+    workload left out, the names of those step types (sorted)."""
+    keep: list[WorkloadPlan] = []
+    held: dict[ObjectKey, list[str]] = {}
+    for w in plan.workloads:
+        found = sorted({s.type.value for s in w.steps if s.type in types})
+        if found:
+            keep.append(replace(w, steps=()))
+            held[w.key] = found
+        else:
+            keep.append(w)
+    return replace(plan, workloads=tuple(keep)), held
 
 
 def only_deletions(plan: Plan) -> Plan:
