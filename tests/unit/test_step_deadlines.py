@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 
 from gitray.core.model import ObjectKey, SourceLocation
+from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, seconds_since, step_budget, step_timeout
 from gitray.engine.progress import (
     RECORD_FORMAT_VERSION,
@@ -49,6 +51,12 @@ def step(kind: StepType, timeout: float | None = None, target: str = "svc-1a2b3"
 ])
 def test_step_timeout(case: str, given: Step, expected: float | None) -> None:
     assert step_timeout(given) == expected, case
+
+
+def test_every_step_with_a_timeout_is_handed_its_deadline_by_the_actions() -> None:
+    nothing = cast(Any, None)
+    timed = {t for t in StepType if step_timeout(step(t)) is not None}
+    assert timed == set(Actions(nothing, nothing, nothing)._timed)
 
 
 def test_a_step_begun_here_has_its_whole_timeout() -> None:
