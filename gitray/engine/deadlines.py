@@ -76,8 +76,8 @@ class Budget:
         by = f" under Lease epoch {self.epoch}" if self.epoch is not None else ""
         return (f"not resumed: the {self.timeout:.0f} s timeout of {step.type.value} "
                 f"{step.target} ran out {-self.left:.0f} s ago (the step started "
-                f"{self.spent:.0f} s ago, at {self.started_at}{by}, and the leader changed "
-                f"while it ran)")
+                f"{self.spent:.0f} s ago, at {self.started_at}{by}, and its run was "
+                f"interrupted)")
 
 
 def step_budget(step: Step, now: datetime, started_at: str = "",

@@ -77,8 +77,8 @@ def test_a_resumed_step_whose_timeout_passed_says_which_how_long_and_since_when(
     assert budget.describe() == "resumed, 0 s of 12 s left"
     assert budget.expired(step(StepType.WAIT_SERVE_RUNNING, 12)) == (
         "not resumed: the 12 s timeout of wait-serve-running svc-1a2b3 ran out 8 s ago (the "
-        "step started 20 s ago, at 2026-11-30T11:59:40.250Z under Lease epoch 3, and the "
-        "leader changed while it ran)")
+        "step started 20 s ago, at 2026-11-30T11:59:40.250Z under Lease epoch 3, and its "
+        "run was interrupted)")
 
 
 @pytest.mark.parametrize(("case", "started_at", "expected"), [
