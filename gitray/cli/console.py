@@ -35,7 +35,7 @@ class ConsoleReporter:
                 self._last[str(event.key)] = now
             line = f"{where}: {event.detail}"
         elif event.phase == "start":
-            line = f"{where} ..."
+            line = f"{where} ({event.detail}) ..." if event.detail else f"{where} ..."
         elif event.phase == "done":
             line = f"{where}: done ({event.detail})"
         elif event.phase == "resume":

@@ -30,15 +30,18 @@ class Clock:
 
 
 class Deadline:
-    """``seconds`` from now, on ``clock``'s monotonic time."""
+    """``seconds`` from now, on ``clock``'s monotonic time — of which ``spent`` seconds are
+    already gone (a resumed step's wait: spent before this process took the step up)."""
 
-    def __init__(self, seconds: float, clock: Clock) -> None:
+    def __init__(self, seconds: float, clock: Clock, spent: float = 0.0) -> None:
         self.seconds = seconds
         self.clock = clock
+        self.spent = spent
         self.started = clock.monotonic()
 
     def elapsed(self) -> float:
-        return self.clock.monotonic() - self.started
+        """Seconds since the deadline's wait began, ``spent`` included."""
+        return self.spent + self.clock.monotonic() - self.started
 
     def left(self) -> float:
         return self.seconds - self.elapsed()

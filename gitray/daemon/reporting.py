@@ -120,10 +120,12 @@ def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, s
             raise Interrupted("shutting down")
         step = event.step
         if event.phase == "start":
-            post_status(sha, event.key, "pending", step_description(
-                event.index, event.total, f"{step.type.value} {step.target}"))
-            log.info("%s step %d/%d %s %s", event.key, event.index, event.total,
-                     step.type.value, step.target)
+            what = f"{step.type.value} {step.target}"
+            if event.detail:  # a resumed step: "(resumed, 12 s of 30 s left)"
+                what += f" ({event.detail})"
+            post_status(sha, event.key, "pending", step_description(event.index, event.total,
+                                                                    what))
+            log.info("%s step %d/%d %s", event.key, event.index, event.total, what)
         elif event.phase in {"done", "failed"}:
             result = "ok" if event.phase == "done" else "failed"
             metrics.steps.labels(step.type.value, result).inc()

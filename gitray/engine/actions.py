@@ -2,9 +2,9 @@
 
 Handlers return a short message for the step result and raise ``TerminalError`` (the plan
 fails with that reason) or ``TransientError`` (retried by the executor with backoff). Waits are
-bounded by the step's ``timeoutSeconds`` and woken by watch events where the API has them;
-Serve status is polled every 0.25 s at first, slowing to every 1.5 s. ``report`` receives
-progress lines for long waits.
+bounded by the step's timeout (a deadline handed in, partly spent when the step is resumed)
+and woken by watch events where the API has them; Serve status is polled every 0.25 s at
+first, slowing to every 1.5 s. ``report`` receives progress lines for long waits.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gitray.core.model import (
 )
 from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff, Clock, Deadline, poll
+from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
@@ -39,7 +40,6 @@ Report = Callable[[str], None]
 SERVE_POLL_S = 1.5  # steady Serve status poll period; the first polls are quicker:
 SERVE_FIRST_POLL_S = 0.25  # Serve often reaches RUNNING within seconds of a deploy, so the
 SERVE_POLL_GROWTH = 1.5  # period starts here and grows by this factor up to SERVE_POLL_S
-DEPLOY_BUDGET_S = 180.0  # the dashboard comes up some seconds after the head pod is Ready
 GATING_BUDGET_S = 120.0
 DELETE_BUDGET_S = 180.0
 REDEPLOY_AFTER_S = 15.0
@@ -65,9 +65,6 @@ class Actions:
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
             StepType.UPDATE_CLUSTER: self._update_cluster,
-            StepType.WAIT_CLUSTER_READY: self._wait_cluster_ready,
-            StepType.DEPLOY_SERVE: self._deploy_serve,
-            StepType.WAIT_SERVE_RUNNING: self._wait_serve_running,
             StepType.CREATE_SERVICE: self._create_service,
             StepType.SWITCH_SERVICE: self._switch_service,
             StepType.DELETE_SERVICE: self._delete_service,
@@ -76,13 +73,24 @@ class Actions:
             StepType.DELETE_CLUSTER: self._delete_cluster,
             StepType.CANCEL_UPGRADE: self._delete_cluster,
             StepType.CREATE_JOB: self._create_job,
-            StepType.WAIT_JOB: self._wait_job,
             StepType.DELETE_JOB: self._delete_job,
             StepType.APPLY_OBJECT: self._apply_object,
             StepType.DELETE_OBJECT: self._delete_object,
         }
+        # the steps with a timeout (gitray.engine.deadlines.step_timeout): given their deadline
+        self._timed: dict[StepType, Callable[[str, Step, Report, Deadline], str]] = {
+            StepType.WAIT_CLUSTER_READY: self._wait_cluster_ready,
+            StepType.DEPLOY_SERVE: self._deploy_serve,
+            StepType.WAIT_SERVE_RUNNING: self._wait_serve_running,
+            StepType.WAIT_JOB: self._wait_job,
+        }
 
-    def run(self, namespace: str, step: Step, report: Report) -> str:
+    def run(self, namespace: str, step: Step, report: Report, spent: float = 0.0) -> str:
+        """Run ``step``; ``spent``: seconds of its timeout used up before this call."""
+        timed = self._timed.get(step.type)
+        if timed is not None:
+            deadline = Deadline(step_timeout(step) or 0.0, self.clock, spent)
+            return timed(namespace, step, report, deadline)
         handler = self._handlers.get(step.type)
         if handler is None:  # planned (progressive delivery) but not executed yet
             raise TerminalError(f"step {step.id} ({step.type.value}) cannot be executed by "
@@ -148,9 +156,7 @@ class Actions:
         self.kube.apply(manifest)
         return f"applied RayCluster {step.target}"
 
-    def _wait_cluster_ready(self, ns: str, step: Step, report: Report) -> str:
-        timeout = float(step.params.get("timeoutSeconds", 900))
-        deadline = self._deadline(timeout)
+    def _wait_cluster_ready(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         seen: dict[str, Any] = {}
 
         def attempt() -> str | None:
@@ -176,7 +182,8 @@ class Actions:
             status = seen.get("status") or {}
             conditions = ", ".join(f"{c.get('type')}={c.get('status')}"
                                    for c in status.get("conditions") or []) or "none"
-            return TerminalError(f"RayCluster {step.target} not ready after {timeout:.0f} s "
+            return TerminalError(f"RayCluster {step.target} not ready after "
+                                 f"{deadline.seconds:.0f} s "
                                  f"(state {status.get('state') or 'unknown'}; "
                                  f"conditions {conditions})")
 
@@ -207,11 +214,10 @@ class Actions:
 
     # ---- Serve --------------------------------------------------------------------------
 
-    def _deploy_serve(self, ns: str, step: Step, report: Report) -> str:
+    def _deploy_serve(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         cluster = str(step.params["cluster"])
-        # kubelets report a head pod ready before its dashboard answers: retry the PUT within
-        # the Serve timeout of the plan (at least DEPLOY_BUDGET_S).
-        budget = max(float(step.params.get("timeoutSeconds", 0)), DEPLOY_BUDGET_S)
+        # the dashboard answers some seconds after the head pod is ready: retry the PUT within
+        # the step's timeout (gitray.engine.deadlines.DEPLOY_BUDGET_S at least)
         last: list[TransientError] = []
 
         def attempt() -> str | None:
@@ -229,17 +235,15 @@ class Actions:
 
         def timed_out() -> TerminalError:
             error = TerminalError(f"could not send the Serve config to {cluster} within "
-                                  f"{budget:.0f} s: {last[0]}")
+                                  f"{deadline.seconds:.0f} s: {last[0]}")
             error.__cause__ = last[0]
             return error
 
-        return poll(attempt, self._deadline(budget), wait=wait, timeout=timed_out)
+        return poll(attempt, deadline, wait=wait, timeout=timed_out)
 
-    def _wait_serve_running(self, ns: str, step: Step, report: Report) -> str:
+    def _wait_serve_running(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         cluster = str(step.params["cluster"])
-        timeout = float(step.params.get("timeoutSeconds", 600))
         sent = step.params.get("serveConfig") or {}
-        deadline = self._deadline(timeout)
         last_put = deadline.started
         summary = "no status yet"
         pauses = Backoff(SERVE_FIRST_POLL_S, factor=SERVE_POLL_GROWTH, cap=SERVE_POLL_S)
@@ -277,7 +281,7 @@ class Actions:
 
         return poll(attempt, deadline, wait=wait,
                     timeout=lambda: TerminalError(f"Serve on {cluster} not RUNNING after "
-                                                  f"{timeout:.0f} s ({summary})"))
+                                                  f"{deadline.seconds:.0f} s ({summary})"))
 
     # ---- Services -----------------------------------------------------------------------
 
@@ -361,9 +365,7 @@ class Actions:
     def _create_job(self, ns: str, step: Step, report: Report) -> str:
         return self._create(step.params["manifest"])
 
-    def _wait_job(self, ns: str, step: Step, report: Report) -> str:
-        timeout = float(step.params.get("timeoutSeconds", 3600))
-        deadline = self._deadline(timeout)
+    def _wait_job(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         seen: dict[str, Any] = {}
 
         def attempt() -> str | None:
@@ -391,7 +393,7 @@ class Actions:
 
         return poll(attempt, deadline, wait=wait,
                     timeout=lambda: TerminalError(f"run {step.target} not finished after "
-                                                  f"{timeout:.0f} s (status "
+                                                  f"{deadline.seconds:.0f} s (status "
                                                   f"{deployment() or 'none'})"))
 
     def _delete_job(self, ns: str, step: Step, report: Report) -> str:

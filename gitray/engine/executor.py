@@ -4,6 +4,11 @@ For each workload: write (or take over) its progress record before the first mut
 before every mutating step confirm the Lease is still held (fencing); run the step's
 idempotent handler, retrying transient errors with jittered backoff; record the result.
 
+A step with a timeout has its start recorded before it runs and is bounded as a whole
+(``gitray.engine.deadlines``): resumed by another leader or after a restart, it waits only for
+what is left of its timeout (and says so: "resumed, 12 s of 30 s left"), or fails at once when
+nothing is left; a transient error's retry does not restart it either.
+
 Failure (SPEC §3): a RayService whose new cluster failed before any traffic was switched
 gets that pending cluster deleted (or kept and marked failed with ``keepFailedClusters``);
 the active cluster and both Services are left untouched.
@@ -23,11 +28,21 @@ from enum import StrEnum
 from gitray.core.config import Config
 from gitray.core.errors import LeaseLostError, TerminalError, TransientError
 from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
+from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
-from gitray.engine.progress import ProgressStore, Record, RunState, StepRecord, StepStatus, utc_now
+from gitray.engine.progress import (
+    ProgressStore,
+    Record,
+    RunState,
+    StepRecord,
+    StepStart,
+    StepStatus,
+    utc_now,
+)
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 
 __all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
@@ -51,8 +66,8 @@ class StepEvent:
     index: int  # 1-based
     total: int
     step: Step
-    phase: str  # "start" | "progress" | "done" | "failed"
-    detail: str = ""
+    phase: str  # "start" | "progress" | "done" | "failed" (and "resume" from gitray apply)
+    detail: str = ""  # for "start": "" or, for a resumed step, how much of its timeout is left
 
 
 Reporter = Callable[[StepEvent], None]
@@ -124,10 +139,11 @@ class Executor:
         messages: list[str] = []
         for index in range(start, total):
             step = wp.steps[index]
-            self._emit(StepEvent(wp.key, index + 1, total, step, "start"))
-            started = utc_now()
+            record, started, budget = self._begin_step(record, step)
+            self._emit(StepEvent(wp.key, index + 1, total, step, "start",
+                                 budget.describe() if budget and budget.resumed else ""))
             try:
-                message = self._run_step(wp, index, step)
+                message = self._run_step(wp, index, step, budget)
             except TerminalError as e:
                 reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
@@ -155,15 +171,36 @@ class Executor:
         return self.progress.advance(record, StepRecord(step.id, step.type.value, status,
                                                         message, started, utc_now()))
 
+    def _begin_step(self, record: Record | None, step: Step
+                    ) -> tuple[Record | None, str, Budget | None]:
+        """(record, start time, budget) of ``step`` starting now — or resumed, at the start its
+        record kept. A step with a timeout gets its start stored before it runs (fenced)."""
+        now = self.actions.clock.now()
+        earlier = record.current if record is not None else None
+        budget = (step_budget(step, now, earlier.started_at, earlier.epoch)
+                  if earlier is not None and earlier.id == step.id else step_budget(step, now))
+        if budget is not None and budget.resumed:
+            return record, budget.started_at, budget
+        started = utc_timestamp(now, digits=3)
+        if budget is not None and record is not None and self.progress is not None:
+            record = self.progress.start(record, StepStart(step.id, started, self.fence.epoch))
+        return record, started, budget
+
     def _emit(self, event: StepEvent) -> None:
         with self._lock:
             self.reporter(event)
 
-    def _run_step(self, wp: WorkloadPlan, index: int, step: Step) -> str:
-        """Run one step: fence first if it mutates; retry transient errors with backoff."""
+    def _run_step(self, wp: WorkloadPlan, index: int, step: Step, budget: Budget | None
+                  ) -> str:
+        """Run one step: fence first if it mutates; retry transient errors with backoff. A
+        step with a timeout is bounded from its first start (``budget``), across retries."""
+        if budget is not None and budget.resumed and budget.left <= 0:
+            raise TerminalError(budget.expired(step))
         total = len(wp.steps)
         pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
         spent = 0.0
+        clock = self.actions.clock
+        began, carried = clock.monotonic(), budget.spent if budget is not None else 0.0
         while True:
             if step.type.mutates:
                 self.fence.ensure_held()
@@ -171,7 +208,8 @@ class Executor:
                 return self.actions.run(
                     wp.key.namespace, step,
                     lambda detail: self._emit(StepEvent(wp.key, index + 1, total, step,
-                                                        "progress", detail)))
+                                                        "progress", detail)),
+                    spent=carried + clock.monotonic() - began)
             except LeaseLostError:
                 raise
             except TransientError as e:

@@ -3,7 +3,10 @@
 A run record holds what a new leader or a restarted process needs to resume a workload's plan
 mid-way (SPEC §4): the plan itself, the cursor (index of the next step), each finished step's
 result, the state of the run and the epoch of the leader that wrote it. It is written before
-the first mutation and after every step.
+the first mutation and after every step — and before a step with a timeout begins, with that
+step's start (``current``), so that a leader resuming it keeps its deadline
+(``gitray.engine.deadlines``). A record without ``currentStep`` (written before starts were
+kept) reads as one with no start: its step's timeout then counts from when it is resumed.
 
 Storage: ConfigMap ``gitray-run-<12 hex of the workload key's hash>`` in the Lease's namespace,
 labelled ``app.kubernetes.io/managed-by=gitray``, ``gitray.io/instance=<instance>``,
@@ -54,6 +57,7 @@ __all__ = [
     "Record",
     "RunState",
     "StepRecord",
+    "StepStart",
     "StepStatus",
     "record_from_json",
     "record_name",
@@ -115,6 +119,15 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class StepStart:
+    """When the step at the cursor first began, and under which Lease epoch (persisted)."""
+
+    id: str
+    started_at: str  # ISO 8601 UTC
+    epoch: int
+
+
+@dataclass(frozen=True)
 class Record:
     """One workload's run, as stored.
 
@@ -131,6 +144,7 @@ class Record:
     reason: str
     epoch: int
     updated_at: str
+    current: StepStart | None = None  # the running step's start (steps with a timeout only)
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -157,7 +171,7 @@ def workload_plan_from_json(item: Mapping[str, Any]) -> WorkloadPlan:
 
 
 def record_to_json(record: Record) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "formatVersion": RECORD_FORMAT_VERSION,
         "workload": {"kind": record.key.kind, "namespace": record.key.namespace,
                      "name": record.key.name},
@@ -173,6 +187,10 @@ def record_to_json(record: Record) -> dict[str, Any]:
         "epoch": record.epoch,
         "updatedAt": record.updated_at,
     }
+    if record.current is not None:  # absent, not null: the document stays as it was without
+        c = record.current
+        data["currentStep"] = {"id": c.id, "startedAt": c.started_at, "epoch": c.epoch}
+    return data
 
 
 def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Record:
@@ -181,6 +199,7 @@ def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Rec
     if data.get("formatVersion") != RECORD_FORMAT_VERSION:
         raise ValueError(f"unsupported formatVersion {data.get('formatVersion')!r}")
     k = data["workload"]
+    c = data.get("currentStep")
     return Record(
         key=ObjectKey(kind=k["kind"], namespace=k["namespace"], name=k["name"]),
         revision=str(data["revision"]),
@@ -195,6 +214,9 @@ def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Rec
         reason=str(data.get("reason", "")),
         epoch=int(data["epoch"]),
         updated_at=str(data.get("updatedAt", "")),
+        current=None if c is None else StepStart(id=str(c["id"]),
+                                                 started_at=str(c["startedAt"]),
+                                                 epoch=int(c["epoch"])),
         resource_version=resource_version,
     )
 
@@ -262,6 +284,16 @@ class ProgressStore:
         self._refuse_newer(record, epoch)
         return self._write(replace(record, epoch=epoch))
 
+    def start(self, record: Record, start: StepStart) -> Record:
+        """Store when the step at the cursor began. Call before the step runs. A step that
+        already has a start (a resumed one) keeps it: nothing is written then."""
+        if record.next_step != start.id:
+            raise ValueError(f"{record.key}: start of step {start.id!r} but the cursor is at "
+                             f"{record.next_step!r}")
+        if record.current is not None and record.current.id == start.id:
+            return record
+        return self._write(replace(record, current=start))
+
     def advance(self, record: Record, result: StepRecord) -> Record:
         """Store the result of the step at the cursor; ``ok``/``skipped`` move the cursor on,
         ``failed`` leaves it on the failed step."""
@@ -274,7 +306,7 @@ class ProgressStore:
         order = {s.id: i for i, s in enumerate(record.plan.steps)}
         steps = tuple(sorted(steps, key=lambda s: order.get(s.id, len(order))))
         cursor = record.cursor if result.status is StepStatus.FAILED else record.cursor + 1
-        return self._write(replace(record, steps=steps, cursor=cursor))
+        return self._write(replace(record, steps=steps, cursor=cursor, current=None))
 
     def finish(self, record: Record, state: RunState, reason: str = "") -> Record:
         """End the run as ``succeeded``, ``failed`` or ``cancelled``."""

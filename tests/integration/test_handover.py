@@ -14,10 +14,21 @@ API server and the replicas' own logs:
   step 2/6 wait-cluster-ready, and there is still exactly one RayCluster.
 
 Take-over times are printed (run with -s), never asserted: bench/failover.py measures them.
+
+Then a resumed wait keeps the deadline of its first start (the run record stores when a step
+with a timeout began, before it runs):
+
+- handed over 20 s into a 75 s wait-cluster-ready, the standby says "resumed, N s of 75 s
+  left" (N <= 55) and the run fails about 75 s after the step first began — a timeout
+  restarted at the take-over would end it 95 s or more after;
+- a leader SIGKILLed in a 20 s wait, with no replica running until the 20 s have passed: the
+  next one fails the step at once ("not resumed: the 20 s timeout ... ran out ...") instead of
+  waiting 20 s more, and the pending cluster is removed as for any failed first rollout.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import threading
@@ -27,10 +38,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gitray.core.model import ObjectKey
+from gitray.core.timefmt import parse_timestamp
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
-from tests.integration.chaos import holder_pid, isolated, start_replica
+from tests.integration.chaos import Replica, holder_pid, isolated, start_replica
 from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
@@ -178,3 +190,136 @@ def test_sigterm_hands_over_and_standby_resumes_at_recorded_step(
         leader.terminate()
         if standby is not None:
             standby.terminate()
+
+
+# ---- a resumed wait keeps the deadline of its first start ---------------------------------
+
+RESUMED = re.compile(r"\(resumed, (\d+) s of (\d+) s left\)")
+
+
+def push_first_rollout(ns: str, tmp_path: Path, timeout_s: int) -> Path:
+    """The suspended RayService (never ready) with ``timeout_s`` as its cluster-ready timeout,
+    pushed to a bare remote; returns the remote."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    work.commit("first rollout", {
+        "gitray.yaml": isolated(gitray_config("10s", ready_timeout=f"{timeout_s}s"), ns),
+        "svc.yaml": suspended_service(ns)})
+    work.git("push", "-q", "origin", "main")
+    return bare
+
+
+def wait_started(env: TestEnv, ns: str, leader: Replica) -> tuple[Record, str, float]:
+    """Once ``leader`` is in wait-cluster-ready: its run record, and when the step began as
+    the record keeps it (the text and the wall time)."""
+    def waiting() -> bool | None:
+        if not leader.alive():
+            raise AssertionError(f"the leader exited:\n{leader.logs()[-3000:]}")
+        return any(k == 2 and typ == "wait-cluster-ready" and not done
+                   for _, k, _, typ, done in leader.step_lines()) or None
+    wait_for(waiting, timeout=120, interval=0.1, what="the leader in wait-cluster-ready")
+    record = load_record(env, ns)
+    assert record is not None and record.cursor == 1, record
+    # stored before the step's first line was logged
+    assert record.current is not None and record.current.id == record.plan.steps[1].id, record
+    assert record.current.epoch == record.epoch
+    began = parse_timestamp(record.current.started_at)
+    assert began is not None, record.current
+    return record, record.current.started_at, began.timestamp()
+
+
+def failed_run(env: TestEnv, ns: str, timeout: float) -> Record:
+    def failed() -> Record | None:
+        record = load_record(env, ns)
+        if record is not None and record.state is RunState.SUCCEEDED:
+            raise AssertionError(f"the run succeeded: {record}")
+        return record if record is not None and record.state is RunState.FAILED else None
+    return wait_for(failed, timeout=timeout, interval=0.5, what="the run failed")
+
+
+def test_a_wait_resumed_by_the_standby_keeps_the_deadline_of_its_first_start(
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    """Handed over 20+ s into a 75 s wait-cluster-ready, the standby waits only for what is
+    left: the run fails about 75 s after the step first began. A timeout restarted at the
+    take-over would fail it 95 s or more after."""
+    ns, timeout_s, hand_over_s = namespace, 75, 20
+    bare = push_first_rollout(ns, tmp_path, timeout_s)
+    leader = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "leader")
+    standby = None
+    try:
+        before, started_at, began = wait_started(testenv, ns, leader)
+        standby = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "standby",
+                                extra=SLOW_STANDBY)
+        time.sleep(max(0.0, began + hand_over_s - time.time()))
+        sent = time.time()
+        assert sent - began < timeout_s - 20, "too slow to hand over well before the timeout"
+        leader.proc.send_signal(signal.SIGTERM)
+        assert leader.proc.wait(timeout=60) == 0, leader.logs()[-3000:]
+
+        lines = wait_for(lambda: standby.step_lines(since=sent) or None, timeout=25,
+                         interval=0.05, what="the standby's first step")
+        first, k, _, typ, _ = lines[0]
+        assert (k, typ) == (2, "wait-cluster-ready"), first.msg
+        said = RESUMED.search(first.msg)
+        assert said is not None, first.msg
+        left, of = int(said.group(1)), int(said.group(2))
+        assert of == timeout_s and 0 < left <= timeout_s - hand_over_s, first.msg
+
+        after = failed_run(testenv, ns, timeout=timeout_s + 60)
+        step = after.steps[-1]
+        assert (step.id, step.status.value) == (before.plan.steps[1].id, "failed"), after.steps
+        assert step.started_at == started_at
+        assert after.epoch > before.epoch
+        assert f"not ready after {timeout_s} s" in after.reason, after.reason
+        ended = parse_timestamp(step.finished_at)
+        assert ended is not None, step
+        lasted = ended.timestamp() - began
+        print(f"handed over {sent - began:.1f} s into the wait; the standby resumed with {left} "
+              f"s of {of} s left; the step failed {lasted:.1f} s after it first began")
+        assert timeout_s - 1 <= lasted < timeout_s + 15, lasted
+    finally:
+        leader.terminate()
+        if standby is not None:
+            standby.terminate()
+
+
+def test_a_wait_whose_timeout_ran_out_with_no_leader_fails_at_once_when_resumed(
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    """The leader is killed in a 20 s wait-cluster-ready and no replica runs until the 20 s
+    have passed: the next one fails the step at once, saying why, instead of waiting 20 s
+    more; the pending cluster is removed as for any failed first rollout."""
+    ns, timeout_s = namespace, 20
+    bare = push_first_rollout(ns, tmp_path, timeout_s)
+    leader = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "leader")
+    later = None
+    try:
+        before, started_at, began = wait_started(testenv, ns, leader)
+        leader.kill()
+        time.sleep(max(0.0, began + timeout_s + 5 - time.time()))
+        later = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "later")
+        after = failed_run(testenv, ns, timeout=90)
+
+        lines = later.step_lines()
+        first, k, _, typ, _ = lines[0]
+        assert (k, typ) == (2, "wait-cluster-ready"), first.msg
+        assert f"(resumed, 0 s of {timeout_s} s left)" in first.msg, first.msg
+        step = after.steps[-1]
+        assert (step.id, step.status.value) == (before.plan.steps[1].id, "failed"), after.steps
+        assert step.started_at == started_at
+        assert (f"not resumed: the {timeout_s} s timeout of wait-cluster-ready "
+                f"{before.plan.steps[1].target} ran out") in after.reason, after.reason
+        assert f"at {step.started_at} under Lease epoch {before.epoch}" in after.reason
+        ended = parse_timestamp(step.finished_at)
+        assert ended is not None, step
+        print(f"resumed {first.time - began:.1f} s after the step began; failed "
+              f"{ended.timestamp() - first.time:.2f} s after the resumed step's first line")
+        assert ended.timestamp() - first.time < timeout_s / 2  # no wait at all
+        wait_for(lambda: not testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters")["items"] or None, timeout=60,
+            what="the failed pending cluster removed")
+    finally:
+        leader.terminate()
+        if later is not None:
+            later.terminate()

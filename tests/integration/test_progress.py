@@ -20,6 +20,7 @@ from gitray.engine.progress import (
     Record,
     RunState,
     StepRecord,
+    StepStart,
     StepStatus,
     record_from_json,
     record_name,
@@ -176,6 +177,29 @@ def test_begin_advance_finish_round_trip(connect: Callable[[], Kube], leader: Le
     # a later run of the same workload starts afresh in the same ConfigMap
     again = store.begin(wp, "rev2", leader.epoch)
     assert (again.revision, again.cursor, again.steps, again.state) == ("rev2", 0, (), "running")
+
+
+def test_a_steps_start_is_stored_before_it_runs_and_kept_when_resumed(
+        connect: Callable[[], Kube], leader: Lease, namespace: str) -> None:
+    store = ProgressStore(connect(), namespace, INSTANCE, leader)
+    wp = workload_plan()
+    record = store.begin(wp, "rev1", leader.epoch)
+    record = store.advance(record, result(record))
+    with pytest.raises(ValueError, match="cursor is at '2-wait-cluster-ready'"):
+        store.start(record, StepStart("3-deploy-serve", utc_now(), leader.epoch))
+    first = StepStart("2-wait-cluster-ready", "2026-11-30T09:00:00.000Z", leader.epoch)
+    started = store.start(record, first)
+    assert started.current == first and started.resource_version != record.resource_version
+    loaded = store.load(wp.key)
+    assert loaded == started and loaded is not None and loaded.current == first
+    # resumed (here by the same epoch): the step keeps its first start; nothing is written
+    resumed = store.resume(loaded, leader.epoch)
+    again = store.start(resumed, StepStart("2-wait-cluster-ready", utc_now(), leader.epoch))
+    assert again.current == first and again.resource_version == resumed.resource_version
+    # the step's result ends it: no running step until the next one starts
+    done = store.advance(again, result(again))
+    assert (done.cursor, done.current) == (2, None)
+    assert store.load(wp.key) == done
 
 
 def test_two_writers_in_one_epoch_conflict(connect: Callable[[], Kube], leader: Lease,

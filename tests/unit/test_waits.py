@@ -67,3 +67,19 @@ def test_backoff_jitter_stays_within_its_bounds() -> None:
     pauses = Backoff(1.0, factor=1.0, cap=1.0, jitter=0.5, rng=random.Random(7))
     values = [pauses.next() for _ in range(200)]
     assert all(0.5 <= v <= 1.5 for v in values) and len(set(values)) > 1
+
+
+def test_a_deadline_partly_spent_before_it_was_made_ends_that_much_sooner() -> None:
+    manual = ManualClock()
+    clock = Clock(monotonic=manual.monotonic, sleep=manual.sleep)
+    resumed = Deadline(30, clock, spent=25)
+    assert (resumed.elapsed(), resumed.left()) == (25, 5)
+    attempts: list[float] = []
+
+    def attempt() -> None:
+        attempts.append(manual.now)
+
+    with pytest.raises(TimeoutError):
+        poll(attempt, resumed, wait=lambda _left: manual.sleep(2.0), timeout=TimeoutError)
+    assert attempts == [100.0, 102.0, 104.0, 106.0]  # 5 s left, not 30
+    assert resumed.elapsed() == 31  # counted from the step's first start
