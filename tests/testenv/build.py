@@ -8,7 +8,8 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/bin/          etcd kube-apiserver kube-controller-manager kube-scheduler
                                kubectl kwok kuberay-operator, and for the real node:
                                kubelet kube-proxy coredns pause
-    <root>/images/             the node's Ray and pause images (docker archives; images.py)
+    <root>/images/             the node's Ray and pause images (docker archives; images.py) and
+                               gitray's own image from the Dockerfile (gitray_image.py)
     <root>/<key>/crds/         KubeRay CRDs (from the ray-operator module)
     <root>/<key>/kwok-stages/  kwok stage files (from the kwok module)
     <root>/<key>/versions.json versions used, Go version, build times
@@ -483,12 +484,27 @@ def build(root: Path | None = None) -> Layout:
         ("kubernetes", K8S_COMMANDS, _build_kubernetes),
         ("coredns", ["coredns"], _build_coredns),
     ]
-    from tests.testenv import images
+    from tests.testenv import gitray_image, images
 
-    # The Ray image is mostly downloads and file copies (debootstrap, pip): it is built on a
-    # thread of its own while the Go compiles use the CPUs (measured in docs/testenv.md).
-    ray_lane = _Lane("Ray image", lambda: _ray_image(lay, timings))
-    if not images.ray_image_path(lay.root).is_file():
+    # The Ray image and gitray's own (built from the Dockerfile; the in-cluster tests run it)
+    # are mostly downloads and file copies (debootstrap, pip): they are built, one after the
+    # other, on a thread of their own while the Go compiles use the CPUs (docs/testenv.md).
+    ray_cached = images.ray_image_path(lay.root).is_file()
+    gitray_cached = gitray_image.image_archive_path(lay.root).is_file()
+
+    def image_lane() -> None:
+        if not ray_cached:
+            _ray_image(lay, timings)
+        if not gitray_cached:
+            t0 = time.monotonic()
+            try:
+                gitray_image.install_packages(say=lambda m: print(m, flush=True))
+                gitray_image.build_gitray_image(lay.root, say=lambda m: print(m, flush=True))
+            except gitray_image.ImageError as exc:
+                raise BuildError(f"gitray image: {exc}") from None
+            timings["gitray-image"] = round(time.monotonic() - t0, 1)
+    ray_lane = _Lane("images", image_lane)
+    if not (ray_cached and gitray_cached):
         ray_lane.start()
     try:
         for name, outputs, step in steps:
@@ -523,8 +539,10 @@ def build(root: Path | None = None) -> Layout:
             print(f"pause image {images.PAUSE_TAG}: built")
     finally:
         ray_lane.join()  # a failed compile still lets the image finish (the cache keeps it)
-    if not ray_lane.started:
+    if ray_cached:
         print(f"Ray image {', '.join(images.RAY_TAGS)}: cached")
+    if gitray_cached:
+        print(f"gitray image {gitray_image.image_tag()}: cached")
     ray_lane.reraise()
     versions = {
         "modules": {
