@@ -36,6 +36,7 @@ from ruamel.yaml.events import (
     MappingStartEvent,
     ScalarEvent,
     SequenceEndEvent,
+    SequenceStartEvent,
 )
 from ruamel.yaml.reader import ReaderError
 
@@ -204,6 +205,19 @@ class _Builder:
     # (libyaml reports plain scalars with style "", the pure parser with None)
 
     def feed(self, event: Event) -> None:
+        kind = type(event)  # the common events first, by exact class (most are scalars)
+        if kind is ScalarEvent:
+            self._count(event)
+            self._scalar(event)  # type: ignore[arg-type]
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            self._count(event)
+            self._start(event)  # type: ignore[arg-type]
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
+            self._end()
+        else:
+            self._feed_other(event)
+
+    def _feed_other(self, event: Event) -> None:
         if isinstance(event, ScalarEvent | AliasEvent | CollectionStartEvent):
             self._count(event)
         if isinstance(event, DocumentStartEvent):
