@@ -135,9 +135,7 @@ def parse_documents(
 
 
 def _events(text: str) -> Iterator[Event]:
-    """The parser's events (nothing is constructed). libyaml's parser directly: the same
-    events ``YAML(typ="safe").parse`` yields, without building a YAML instance (and a loader
-    class, and a scan for plug-ins) per call, which cost ~10% of loading a repository."""
+    """The parser's events; libyaml's directly (a YAML instance per call cost ~10%)."""
     if _CParser is None:  # pragma: no cover - depends on the installation
         yield from YAML(typ="safe", pure=True).parse(text)
         return
