@@ -112,13 +112,13 @@ def _secret_file(path: str | None, what: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Basis:
-    live: LiveState
+    live: LiveState | None  # None: the live cluster, read and planned batch by batch
     against: str
     exact: bool
     announcement: str | None
 
 
-def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, Any]) -> _Basis:
+def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
     from gitray.k8s.settings import cluster_configured
 
     against = args.against
@@ -132,18 +132,22 @@ def _basis(args: argparse.Namespace, result: LoadResult, overrides: dict[str, An
     if against == "empty":
         return _Basis(LiveState(), "empty", True, None)
     if against == "live":
-        from gitray.engine.apply import Desired, read_live
-        from gitray.k8s.client import Kube
-
-        kube = Kube.connect(_kube_settings(args))
-        try:
-            live = read_live(kube, Desired(Snapshot("", "", ()), result))
-        finally:
-            kube.close()
-        return _Basis(live, "live", False, None)
+        return _Basis(None, "live", False, None)
     base, base_snapshot = _load(args.repo, against, overrides, warn=False)
     return _Basis(materialize(base.workloads, base.config),
                   f"revision:{base_snapshot.revision}", True, None)
+
+
+def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot) -> Plan:
+    from gitray.engine.apply import Desired, live_plan
+    from gitray.k8s.client import Kube
+
+    kube = Kube.connect(_kube_settings(args))
+    try:
+        plan, _ = live_plan(kube, Desired(snapshot, result))
+    finally:
+        kube.close()
+    return plan
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -159,12 +163,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args.set)
     result, snapshot = _load(args.repo, args.revision, overrides)
-    basis = _basis(args, result, overrides)
+    basis = _basis(args, overrides)
     if basis.announcement:
         print(basis.announcement, file=sys.stderr)
-    plan: Plan = compute_plan(result.workloads, basis.live, result.config,
-                              revision=snapshot_revision(snapshot), against=basis.against,
-                              now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
+    if basis.live is None:
+        plan = _live_plan(args, result, snapshot)
+    else:
+        plan = compute_plan(result.workloads, basis.live, result.config,
+                            revision=snapshot_revision(snapshot), against=basis.against,
+                            now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
     if args.out:
         try:
             Path(args.out).write_text(json.dumps(plan_to_json(plan), indent=2, sort_keys=True)

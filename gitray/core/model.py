@@ -40,6 +40,7 @@ __all__ = [
     "Role",
     "SourceLocation",
     "Workload",
+    "json_copy",
     "stable_hash",
     "workload_label",
 ]
@@ -232,6 +233,12 @@ class LiveState:
 
     def owners(self) -> frozenset[ObjectKey]:
         return frozenset(self._by_owner)
+
+
+def json_copy(value: JSON) -> Any:
+    """An independent copy of a JSON-safe tree (through the C JSON codec: many times faster
+    than ``copy.deepcopy``, and the same for plain dicts, lists and scalars)."""
+    return json.loads(json.dumps(value))
 
 
 def stable_hash(value: JSON, length: int = 64) -> str:

@@ -71,7 +71,6 @@ from gitray.k8s.election import LeaseRecord
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
 from gitray.plans.filters import (
-    earliest_deadline,
     hold_unexecutable,
     only_deletions,
     skip_failed,
@@ -385,7 +384,7 @@ class Daemon:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
                                 warning.message)
             # refused against live state too (a cluster change under upgradeStrategy None)
-            plan, live = live_plan(self.kube, desired)
+            plan, next_deletion = live_plan(self.kube, desired)
         except ValidationError as e:
             self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()
@@ -394,7 +393,7 @@ class Daemon:
             first = str(e.diagnostics[0]) if e.diagnostics else ""
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
-        self.state.update(next_deletion=earliest_deadline(live))
+        self.state.update(next_deletion=next_deletion)
         progress = self.wiring.progress(desired.config)
         records = progress.list()
         plan, failed_before = skip_failed(plan, {

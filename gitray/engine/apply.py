@@ -5,6 +5,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,22 +13,24 @@ from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, UserError, ValidationError
+from gitray.core.livestore import LiveStore
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import Record, RunState
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
-from gitray.k8s.live import read_live_state
+from gitray.k8s.live import live_pages, read_live_state
 from gitray.parsing.config import parse_config
+from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan, StepType
-from gitray.plans.planner import compute_plan
+from gitray.plans.planner import Planner
 from gitray.plans.stale import stale_reasons
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute",
-           "live_plan", "read_live", "resumable"]
+           "live_plan", "read_live", "read_live_store", "resumable"]
 
 
 @dataclass(frozen=True)
@@ -75,28 +78,55 @@ def _scope(desired: Desired) -> list[str]:
     return sorted(namespaces)
 
 
+def _api_versions(desired: Desired) -> dict[str, str]:
+    return {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
+
+
 def read_live(kube: Kube, desired: Desired) -> LiveState:
-    """What gitray manages in this repository's allowed namespaces. Objects elsewhere are
-    never touched, so they neither change a plan nor make a saved plan stale."""
-    apis = {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
+    """What gitray manages in this repository's allowed namespaces, all at once. Objects
+    elsewhere are never touched, so they neither change a plan nor make a saved plan stale."""
     live = read_live_state(kube, desired.config, namespaces=_scope(desired),
-                           desired_api_versions=apis)
+                           desired_api_versions=_api_versions(desired))
     return LiveState(tuple(o for o in live.objects if desired.config.allows(o.namespace)))
 
 
+def read_live_store(kube: Kube, desired: Desired) -> LiveStore:
+    """The same objects as :func:`read_live`, kept compact by batch (one LIST page decoded
+    at a time)."""
+    store = LiveStore()
+    allows = desired.config.allows
+    for page in live_pages(kube, desired.config, namespaces=_scope(desired),
+                           desired_api_versions=_api_versions(desired)):
+        store.add(o for o in page if allows(o.namespace))
+    return store
+
+
 def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None
-              ) -> tuple[Plan, LiveState]:
-    live = read_live(kube, desired)
-    plan = compute_plan(desired.workloads, live, desired.config,
-                        revision=desired.revision, against="live",
-                        now=(now or (lambda: datetime.now(UTC)))(), label=desired.snapshot.label)
-    return plan, live
+              ) -> tuple[Plan, float]:
+    """The plan against the live cluster, and the earliest persisted deletion deadline
+    (wall time; inf when none).
+
+    Planned one batch (namespace) at a time from a :class:`LiveStore`: only one batch's
+    objects are ever decoded, so memory does not grow with the whole live state. The plan
+    is the one ``compute_plan`` gives for all of it (tests/unit/test_plan_batches.py).
+    """
+    store = read_live_store(kube, desired)
+    planner = Planner(desired.workloads, desired.config,
+                      now=(now or (lambda: datetime.now(UTC)))())
+    deadline = math.inf
+    for batch in store.batches():
+        live = store.take(batch)
+        deadline = min(deadline, earliest_deadline(live))
+        planner.add([batch], live)
+    plan = planner.finish(revision=desired.revision, against="live",
+                          label=desired.snapshot.label)
+    return plan, deadline
 
 
 def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
     """Raise StalePlanError unless ``saved`` still describes what applying would do."""
-    replanned, live = live_plan(kube, desired)
-    reasons = stale_reasons(saved, desired.revision, live, replanned)
+    replanned, _ = live_plan(kube, desired)
+    reasons = stale_reasons(saved, desired.revision, replanned)
     if reasons:
         raise StalePlanError("stale plan: " + "; ".join(reasons)
                              + ". Run gitray plan again and review the new plan.")

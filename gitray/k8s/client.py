@@ -46,14 +46,17 @@ from gitray.k8s.settings import KubeSettings
 
 __all__ = [
     "FIELD_MANAGER",
+    "LIST_PAGE",
     "Kube",
     "default_namespace",
+    "paged",
 ]
 
 FIELD_MANAGER = "gitray"
 _CLOSE_WATCHES_S = 2.0  # close_watches() keeps stopping watches still starting this long
 LIST_PAGE = 1000  # items per LIST page: bounds one response, keeps requests per kind low
 _T = TypeVar("_T")
+_Items = list[dict[str, Any]]  # (inside Kube, ``list`` names the method)
 
 
 _POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -109,6 +112,24 @@ def _map(e: ApiException, what: str) -> Exception:
     if status in {400, 422}:
         return InvalidError(text)
     return TransientError(f"{text} (HTTP {status})" if status else text)
+
+
+def paged(fetch: Callable[[str | None], Mapping[str, Any]],
+          what: str = "listing") -> Iterator[Mapping[str, Any]]:
+    """Each page of a LIST: ``fetch(None)``, then ``fetch(token)`` with each page's continue
+    token until a page has none. A token that does not move on is the API server's fault
+    (it would loop forever): a TransientError."""
+    token: str | None = None
+    while True:
+        data = fetch(token)
+        yield data
+        following = (data.get("metadata") or {}).get("continue") or None
+        if following is None:
+            return
+        if following == token:
+            raise TransientError(f"{what}: the API server returned the same continue token "
+                                 "twice")
+        token = str(following)
 
 
 class Kube:
@@ -190,32 +211,45 @@ class Kube:
 
     def list(self, api_version: str, kind: str, *, namespace: str | None = None,
              label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
-        """Items (with apiVersion/kind filled in) and the list's resourceVersion.
+        """Items (with apiVersion/kind filled in) and the list's resourceVersion: every page
+        of :meth:`list_pages`, collected."""
+        items: list[dict[str, Any]] = []
+        version = ""
+        for page in self.list_pages(api_version, kind, namespace=namespace,
+                                    label_selector=label_selector):
+            items += page[0]
+            version = page[1]
+        return items, version
 
-        Read in pages of ``LIST_PAGE`` items (one consistent snapshot: the API server's
-        continue token pins its resourceVersion), each decoded straight from JSON: the
-        dynamic client's object wrappers would hold a second copy of every large list.
-        An expired continue token (410) is a TransientError: the caller lists again.
+    def list_pages(self, api_version: str, kind: str, *, namespace: str | None = None,
+                   label_selector: str = "") -> Iterator[tuple[_Items, str]]:
+        """A LIST, one page of at most ``LIST_PAGE`` items at a time: (items with
+        apiVersion/kind filled in, the list's resourceVersion).
+
+        The pages are one consistent snapshot (the API server's continue token pins its
+        resourceVersion), each decoded straight from JSON: the dynamic client's object
+        wrappers would hold a second copy. A caller that keeps only what it needs of each
+        page holds one page at a time. An expired continue token (410) is a TransientError:
+        the caller lists again.
         """
         res = self.resource(api_version, kind)
-        where = f"in {namespace}" if namespace else "in all namespaces"
-        items: list[dict[str, Any]] = []
-        token: str | None = None
+        what = f"listing {kind} {f'in {namespace}' if namespace else 'in all namespaces'}"
 
         def page(after: str | None) -> Any:
             return res.get(namespace=namespace, label_selector=label_selector, limit=LIST_PAGE,
                            _continue=after, serialize=False, _request_timeout=self.timeout)
-        while True:
-            data = json.loads(self._call(f"listing {kind} {where}",
-                                         functools.partial(page, token)).data)
-            for item in data.get("items") or []:
+
+        def fetch(after: str | None) -> Mapping[str, Any]:
+            data: Mapping[str, Any] = json.loads(
+                self._call(what, functools.partial(page, after)).data)
+            return data
+
+        for data in paged(fetch, what):
+            items: _Items = data.get("items") or []
+            for item in items:
                 item.setdefault("apiVersion", api_version)
                 item.setdefault("kind", kind)
-                items.append(item)
-            meta = data.get("metadata") or {}
-            token = meta.get("continue") or None
-            if token is None:
-                return items, str(meta.get("resourceVersion", ""))
+            yield items, str((data.get("metadata") or {}).get("resourceVersion", ""))
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._write("creating", "create", body)

@@ -1,13 +1,13 @@
 """Live state: everything gitray manages, read with a constant number of LIST calls. I/O.
 
 One LIST per kind across all namespaces (by label selector ``managed-by=gitray`` and the
-instance label). Where RBAC only grants some namespaces, one LIST per kind and namespace.
-Never one GET per workload.
+instance label), read in pages. Where RBAC only grants some namespaces, one LIST per kind and
+namespace. Never one GET per workload.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from gitray.core.config import Config
@@ -25,7 +25,13 @@ from gitray.core.model import (
 )
 from gitray.k8s.client import Kube
 
-__all__ = ["SUPPORTING_API_VERSIONS", "live_kinds", "managed_selector", "read_live_state"]
+__all__ = [
+    "SUPPORTING_API_VERSIONS",
+    "live_kinds",
+    "live_pages",
+    "managed_selector",
+    "read_live_state",
+]
 
 # apiVersions of common supporting kinds; others come from the manifests in Git.
 SUPPORTING_API_VERSIONS = {
@@ -58,46 +64,55 @@ def live_kinds(config: Config, desired_api_versions: dict[str, str]) -> list[tup
     return kinds
 
 
-def _slim(item: dict[str, Any]) -> dict[str, Any]:
-    meta = dict(item.get("metadata") or {})
-    meta.pop("managedFields", None)
-    return {**item, "metadata": meta}
+def _live_object(item: dict[str, Any]) -> LiveObject:
+    meta = item.get("metadata") or {}
+    meta.pop("managedFields", None)  # the largest part of most objects; never planned on
+    return LiveObject(str(item.get("kind", "")), str(meta.get("namespace", "")),
+                      str(meta.get("name", "")), str(meta.get("resourceVersion", "")), item)
 
 
-def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
-                    desired_api_versions: dict[str, str] | None = None) -> LiveState:
-    """Every object gitray manages for this instance.
+def live_pages(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
+               desired_api_versions: dict[str, str] | None = None
+               ) -> Iterator[list[LiveObject]]:
+    """Every object gitray manages for this instance, one LIST page at a time (a caller that
+    keeps pages compact, as ``gitray.core.livestore`` does, never holds the whole state).
 
     ``namespaces`` is the fallback scope when listing across all namespaces is forbidden.
     """
     selector = managed_selector(config.instance)
-    objects: list[LiveObject] = []
     for api_version, kind in live_kinds(config, desired_api_versions or {}):
-        for item in _list_scoped(kube, api_version, kind, selector, namespaces):
-            meta = item.get("metadata") or {}
-            objects.append(LiveObject(kind, str(meta.get("namespace", "")),
-                                      str(meta.get("name", "")),
-                                      str(meta.get("resourceVersion", "")), _slim(item)))
+        for items in _pages_scoped(kube, api_version, kind, selector, namespaces):
+            yield [_live_object(item) for item in items]
+
+
+def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
+                    desired_api_versions: dict[str, str] | None = None) -> LiveState:
+    """Every object gitray manages for this instance, all at once."""
+    objects = [o for page in live_pages(kube, config, namespaces=namespaces,
+                                        desired_api_versions=desired_api_versions)
+               for o in page]
     objects.sort(key=lambda o: (o.kind, o.namespace, o.name))
     return LiveState(tuple(objects))
 
 
-def _list_scoped(kube: Kube, api_version: str, kind: str, selector: str,
-                 namespaces: Iterable[str]) -> list[dict[str, Any]]:
+def _pages_scoped(kube: Kube, api_version: str, kind: str, selector: str,
+                  namespaces: Iterable[str]) -> Iterator[list[dict[str, Any]]]:
     if kind in _OPTIONAL_KINDS:
         try:
             kube.resource(api_version, kind)
         except NotFoundError:
-            return []  # an older KubeRay without this CRD: nothing of that kind can exist
+            return  # an older KubeRay without this CRD: nothing of that kind can exist
+    started = False
     try:
-        items, _ = kube.list(api_version, kind, label_selector=selector)
-        return items
+        for items, _ in kube.list_pages(api_version, kind, label_selector=selector):
+            started = True
+            yield items
+        return
     except ForbiddenError:
         scoped = sorted(set(namespaces))
-        if not scoped:
+        if started or not scoped:
             raise
-    out: list[dict[str, Any]] = []
     for ns in scoped:
-        items, _ = kube.list(api_version, kind, namespace=ns, label_selector=selector)
-        out.extend(items)
-    return out
+        for items, _ in kube.list_pages(api_version, kind, namespace=ns,
+                                        label_selector=selector):
+            yield items

@@ -8,7 +8,6 @@ same name would garbage-collect them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from gitray.core.model import (
     ObjectKey,
     Role,
     Workload,
+    json_copy,
     stable_hash,
     workload_label,
 )
@@ -114,7 +114,7 @@ def _wave_only(workload: Workload) -> dict[str, Any]:
 
 def cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
     """A standalone RayCluster as gitray applies it."""
-    spec = copy.deepcopy(dict(workload.spec))
+    spec = json_copy(dict(workload.spec))
     return {
         "apiVersion": API_VERSION_RAY,
         "kind": Kind.RAY_CLUSTER.value,
@@ -130,7 +130,7 @@ def service_cluster_manifest(workload: Workload, instance: str,
                              name: str | None = None) -> dict[str, Any]:
     """The RayCluster ``<service>-<hash>`` materialising a RayService's rayClusterConfig
     (``name``: an existing cluster updated in place under ``upgradeStrategy.type: None``)."""
-    config = copy.deepcopy(dict(workload.spec.get("rayClusterConfig") or {}))
+    config = json_copy(dict(workload.spec.get("rayClusterConfig") or {}))
     name = name or service_cluster_name(workload.key.name, config)
     meta = _metadata(
         _wave_only(workload), name, workload.key, instance, Role.SERVICE_CLUSTER,
@@ -198,13 +198,13 @@ def service_manifest(
 def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cluster: str,
                              instance: str, ports: Mapping[str, int]) -> dict[str, Any]:
     """The serve Service following ``spec.serveService``; the selector is gitray's."""
-    source = copy.deepcopy(dict(template.get("metadata") or {}))
+    source = json_copy(dict(template.get("metadata") or {}))
     wave = _wave_only(workload).get("metadata", {}).get("annotations", {})
     source["annotations"] = {**(source.get("annotations") or {}), **wave}
     name = wanted_serve_service_name(workload.key.name, workload.spec)
     meta = _metadata({"metadata": source}, name, workload.key, instance, Role.SERVE_SERVICE,
                      {ANN_SPEC_HASH: serve_service_hash(workload.spec) or ""})
-    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec = json_copy(dict(template.get("spec") or {}))
     spec["selector"] = service_selector(Role.SERVE_SERVICE, cluster,
                                         workers_only=serves_from_workers_only(workload))
     head = (workload.spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
@@ -215,7 +215,7 @@ def _templated_serve_service(workload: Workload, template: Mapping[str, Any], cl
 
 def job_manifest(workload: Workload, instance: str) -> dict[str, Any]:
     """One run of a RayJob, named after its spec: a changed spec is a new run."""
-    spec = copy.deepcopy(dict(workload.spec))
+    spec = json_copy(dict(workload.spec))
     name = job_run_name(workload.key.name, spec)
     return {
         "apiVersion": API_VERSION_RAY,
@@ -228,7 +228,7 @@ def job_manifest(workload: Workload, instance: str) -> dict[str, Any]:
 
 def object_manifest(workload: Workload, instance: str) -> dict[str, Any]:
     """A supporting object (ConfigMap, ...) as gitray applies it."""
-    body = copy.deepcopy(dict(workload.manifest))
+    body: dict[str, Any] = json_copy(dict(workload.manifest))
     body.pop("status", None)
     body["metadata"] = _metadata(
         workload.manifest, workload.key.name, workload.key, instance, Role.OBJECT,

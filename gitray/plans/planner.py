@@ -12,22 +12,29 @@ revision does: nothing is applied.
 Safety rules: a revision with no workloads never prunes (unless ``allowEmpty``); objects in a
 namespace outside ``allowedNamespaces`` are never touched; ``prune: false`` keeps removed
 workloads and says so.
+
+Planning in batches (:class:`Planner`): a workload's plan depends only on its own desired
+manifest and the live objects it owns, and everything a workload owns lives in its namespace.
+So the live state may be given one namespace (or a few) at a time and freed after each:
+memory is bounded by the largest batch, and the plan is the same as planning everything at once
+(:func:`compute_plan` is the one-batch case).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from gitray.core.config import Config
 from gitray.core.errors import ValidationError
+from gitray.core.livestore import batch_namespace
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
 
-__all__ = ["compute_plan", "order_key"]
+__all__ = ["Planner", "compute_plan", "order_key"]
 
 _KIND_ORDER = {Kind.RAY_CLUSTER.value: 1, Kind.RAY_SERVICE.value: 2, Kind.RAY_JOB.value: 3,
                Kind.RAY_CRON_JOB.value: 4}
@@ -57,41 +64,81 @@ def compute_plan(
     ``exact`` says ``live`` was synthesised from a Git revision (``--against REV``/``empty``),
     so full field diffs are shown; against a real cluster only the fields Git sets compare.
     """
-    by_key = {w.key: w for w in desired}
-    notes: list[str] = []
-    keys = set(by_key)
-    removed = sorted(live.owners() - keys)
-    if removed and not desired and not config.allow_empty:
-        notes.append(
-            f"this revision has no workloads: nothing is pruned ({len(removed)} live workload(s)"
-            " kept). Set allowEmpty: true to let an empty revision delete everything."
-        )
-        removed = []
-    elif removed and not config.prune:
-        notes.append(f"prune is off: {len(removed)} workload(s) removed from Git are kept: "
-                     + ", ".join(str(k) for k in removed))
-        removed = []
-    for key in list(removed):
-        if not config.allows(key.namespace):
-            notes.append(f"{key} is outside allowedNamespaces: left alone")
-            removed.remove(key)
+    planner = Planner(desired, config, now=now, exact=exact)
+    namespaces = {w.key.namespace for w in desired}
+    namespaces |= {batch_namespace(o.owner, o.namespace) for o in live.objects}
+    planner.add(namespaces, live)
+    return planner.finish(revision=revision, against=against, label=label)
 
-    plans: list[WorkloadPlan] = []
-    refused: list[Diagnostic] = []
-    for key in sorted(keys | set(removed)):
-        try:
-            plans.append(_plan_one(key, by_key.get(key), live, config, now, exact))
-        except ValidationError as e:  # refused against live state (upgradeStrategy None)
-            refused.extend(e.diagnostics)
-    if refused:  # all-or-nothing, like an invalid revision: every problem at once
-        raise ValidationError(sorted(refused))
-    plans.sort(key=order_key)
-    basis = tuple(sorted(
-        BasisObject(o.kind, o.namespace, o.name, o.resource_version)
-        for o in live.objects if o.resource_version
-    ))
-    return Plan(revision=revision, against=against, basis=basis, workloads=tuple(plans),
-                notes=tuple(notes), label=label)
+
+class Planner:
+    """Plans ``desired`` against live state given in batches of namespaces.
+
+    :meth:`add` plans every workload of its namespaces (those in Git and those only the live
+    state still has) and keeps only the resulting plans and the basis; :meth:`finish` plans
+    the namespaces no batch covered (against nothing live) and assembles the plan.
+    """
+
+    def __init__(self, desired: Sequence[Workload], config: Config, *, now: datetime,
+                 exact: bool = False) -> None:
+        self._config, self._now, self._exact = config, now, exact
+        self._by_ns: dict[str, dict[ObjectKey, Workload]] = {}
+        for w in desired:
+            self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
+        # an empty revision prunes nothing unless allowed; prune: false never prunes
+        self._prune = (bool(desired) or config.allow_empty) and config.prune
+        self._done: set[str] = set()
+        self._plans: list[WorkloadPlan] = []
+        self._refused: list[Diagnostic] = []
+        self._removed: list[ObjectKey] = []  # live workloads Git no longer has (for notes)
+        self._basis: list[BasisObject] = []
+
+    def add(self, namespaces: Collection[str], live: LiveState) -> None:
+        """Plan the workloads of ``namespaces`` against ``live``, which must hold every live
+        object they own (objects of other namespaces count only for the basis)."""
+        batch = set(namespaces)
+        if batch & self._done:
+            raise ValueError(f"namespaces planned twice: {sorted(batch & self._done)}")
+        self._done |= batch
+        self._basis += (BasisObject(o.kind, o.namespace, o.name, o.resource_version)
+                        for o in live.objects if o.resource_version)
+        desired: dict[ObjectKey, Workload] = {}
+        for ns in batch:
+            desired.update(self._by_ns.get(ns, {}))
+        removed = sorted(k for k in live.owners() if k.namespace in batch and k not in desired)
+        self._removed += removed
+        pruned = [k for k in removed if self._prune and self._config.allows(k.namespace)]
+        for key in sorted([*desired, *pruned]):
+            try:
+                self._plans.append(_plan_one(key, desired.get(key), live, self._config,
+                                             self._now, self._exact))
+            except ValidationError as e:  # refused against live state (upgradeStrategy None)
+                self._refused.extend(e.diagnostics)
+
+    def finish(self, *, revision: str, against: str, label: str = "") -> Plan:
+        rest = set(self._by_ns) - self._done
+        if rest:
+            self.add(rest, LiveState())
+        if self._refused:  # all-or-nothing, like an invalid revision: every problem at once
+            raise ValidationError(sorted(self._refused))
+        plans = sorted(self._plans, key=lambda p: p.key)
+        plans.sort(key=order_key)
+        return Plan(revision=revision, against=against, basis=tuple(sorted(self._basis)),
+                    workloads=tuple(plans), notes=tuple(self._notes()), label=label)
+
+    def _notes(self) -> list[str]:
+        removed = sorted(self._removed)
+        if not removed:
+            return []
+        if not self._by_ns and not self._config.allow_empty:
+            return [f"this revision has no workloads: nothing is pruned ({len(removed)} live "
+                    "workload(s) kept). Set allowEmpty: true to let an empty revision delete "
+                    "everything."]
+        if not self._config.prune:
+            return [f"prune is off: {len(removed)} workload(s) removed from Git are kept: "
+                    + ", ".join(str(k) for k in removed)]
+        return [f"{key} is outside allowedNamespaces: left alone"
+                for key in removed if not self._config.allows(key.namespace)]
 
 
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,

@@ -15,7 +15,12 @@ from gitray.core.config import Config
 from gitray.core.model import ANN_SPEC_HASH, LiveObject, ObjectKey, Workload
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.manifests import cluster_manifest, object_manifest
-from gitray.plans.names import autoscaling_enabled, blank_autoscaler_fields, object_spec_hash
+from gitray.plans.names import (
+    autoscaling_enabled,
+    blank_autoscaler_fields,
+    cluster_spec_hash,
+    object_spec_hash,
+)
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
 
@@ -40,26 +45,27 @@ def plan_raycluster(
         return removal_plan(key, owned, StepType.DELETE_CLUSTER)
     steps = StepList()
 
-    manifest = cluster_manifest(workload, config.instance)
-    spec_hash = manifest["metadata"]["annotations"][ANN_SPEC_HASH]
+    spec_hash = cluster_spec_hash(workload.spec)  # the manifest's annotation, unbuilt
     auto = autoscaling_enabled(workload.spec)
     if live is None:
-        steps.add(StepType.CREATE_CLUSTER, key.name, {"manifest": manifest},
+        steps.add(StepType.CREATE_CLUSTER, key.name,
+                  {"manifest": cluster_manifest(workload, config.instance)},
                   f"create RayCluster {key.name}")
         return WorkloadPlan(key, Action.CREATE, workload.wave, steps.build(), workload.source,
                             spec_hash)
 
     desired, current = _compared_spec(workload.spec), _compared_spec(live.spec)
-    changes = (full_changes if exact else subset_changes)(desired, current, "spec")
-    changed_in_git = live.annotations.get(ANN_SPEC_HASH) != spec_hash
     drift = subset_changes(desired, current, "spec")
+    changes = full_changes(desired, current, "spec") if exact else drift
+    changed_in_git = live.annotations.get(ANN_SPEC_HASH) != spec_hash
     notes: list[str] = []
     if auto:
         notes.append("worker replicas are owned by the Ray autoscaler and not compared")
     if changed_in_git or drift:
         reason = "spec changed in Git" if changed_in_git else "the cluster drifted from Git"
         steps.add(StepType.UPDATE_CLUSTER, key.name,
-                  {"manifest": manifest, "preserveLiveReplicas": auto},
+                  {"manifest": cluster_manifest(workload, config.instance),
+                   "preserveLiveReplicas": auto},
                   f"{reason}: update RayCluster {key.name} in place")
         if not changes:
             changes = (FieldChange("metadata.annotations", "(older gitray-applied spec)",
@@ -81,10 +87,10 @@ def plan_object(
     if workload is None:
         return removal_plan(key, owned, StepType.DELETE_OBJECT)
     steps = StepList()
-    manifest = object_manifest(workload, config.instance)
     spec_hash = object_spec_hash(workload.manifest)
     if live is None:
-        steps.add(StepType.APPLY_OBJECT, key.name, {"manifest": manifest},
+        steps.add(StepType.APPLY_OBJECT, key.name,
+                  {"manifest": object_manifest(workload, config.instance)},
                   f"create {key.kind} {key.name}")
         return WorkloadPlan(key, Action.CREATE, workload.wave, steps.build(), workload.source,
                             spec_hash)
@@ -92,9 +98,11 @@ def plan_object(
                if k not in {"apiVersion", "kind", "metadata", "status"}}
     current = {k: v for k, v in live.body.items()
                if k not in {"apiVersion", "kind", "metadata", "status"}}
-    changes = (full_changes if exact else subset_changes)(desired, current)
-    if live.annotations.get(ANN_SPEC_HASH) != spec_hash or subset_changes(desired, current):
-        steps.add(StepType.APPLY_OBJECT, key.name, {"manifest": manifest},
+    drift = subset_changes(desired, current)
+    changes = full_changes(desired, current) if exact else drift
+    if live.annotations.get(ANN_SPEC_HASH) != spec_hash or drift:
+        steps.add(StepType.APPLY_OBJECT, key.name,
+                  {"manifest": object_manifest(workload, config.instance)},
                   f"update {key.kind} {key.name}")
     return WorkloadPlan(key, Action.UPDATE if steps else Action.NOOP, workload.wave,
                         steps.build(), workload.source, spec_hash, (),

@@ -20,6 +20,7 @@ from gitray.parsing.text import JsonPath, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.plans.analysis import analysis_diagnostics
 from gitray.plans.fields import UPGRADE_INCREMENTAL, refused_fields, upgrade_type
+from gitray.plans.names import remember_serve_config
 from gitray.plans.servecheck import import_path_problem, serve_problems
 from gitray.plans.serveservice import serve_service_problems, serve_service_warnings
 from gitray.plans.upgradeoptions import Weight, options_problems, read_options, schedule
@@ -130,6 +131,7 @@ def _serve_config(document: YamlDocument, text: str,
     config = inner_docs[0]
     if not isinstance(config.value, dict):
         return [at(config.start, "must be a mapping with an 'applications' list")]
+    remember_serve_config(text, config.value)  # the planner reads it again: not re-parsed
     apps = config.value.get("applications")
     if not isinstance(apps, list) or not apps:
         where = config.locate(("applications",)) if "applications" in config.value else None

@@ -8,7 +8,6 @@ gives different steps (Terraform's "inconsistent final plan" check).
 
 from __future__ import annotations
 
-from gitray.core.model import LiveState
 from gitray.plans.plan import Plan
 
 __all__ = ["stale_reasons"]
@@ -24,14 +23,15 @@ def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:
     return {str(w.key): [(s.type.value, s.target) for s in w.steps] for w in plan.workloads}
 
 
-def stale_reasons(saved: Plan, revision: str, live: LiveState, replanned: Plan) -> list[str]:
-    """Why ``saved`` may not be applied now (empty when it may)."""
+def stale_reasons(saved: Plan, revision: str, replanned: Plan) -> list[str]:
+    """Why ``saved`` may not be applied now (empty when it may): ``replanned`` is the plan
+    computed now, its basis the live objects as they are now."""
     reasons: list[str] = []
     if saved.revision != revision:
         reasons.append(f"the plan is for revision {_short(saved.revision)}, the repository is "
                        f"now at {_short(revision)}")
     seen = {(b.kind, b.namespace, b.name): b.resource_version for b in saved.basis}
-    now = {(o.kind, o.namespace, o.name): o.resource_version for o in live.objects}
+    now = {(b.kind, b.namespace, b.name): b.resource_version for b in replanned.basis}
     changed = [k for k, rv in seen.items() if k in now and now[k] != rv]
     gone = [k for k in seen if k not in now]
     new = [k for k in now if k not in seen]
