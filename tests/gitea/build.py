@@ -19,6 +19,8 @@ Cache layout (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 MODULE = "code.gitea.io/gitea"
@@ -102,9 +105,24 @@ def _replaces(gomod: str) -> list[str]:
     return lines
 
 
+@contextlib.contextmanager
+def _locked(entry: Path) -> Iterator[None]:
+    """One build of a version at a time: `scripts/test` starts one in the background, and a test
+    that needs Gitea before it is done waits here for it instead of building it again."""
+    entry.mkdir(parents=True, exist_ok=True)
+    with (entry / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(version: str) -> Path:
     """Build one version (reusing the cache entry when complete) and return the binary path."""
     entry = entry_dir(version)
+    with _locked(entry):
+        return _build(version, entry)
+
+
+def _build(version: str, entry: Path) -> Path:
     binary = binary_path(version)
     if binary.is_file() and (entry / "build.json").is_file():
         return binary
