@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gitray.core.model import ANN_SERVE_CONFIG_HASH, JSON, LiveObject, Role
+from gitray.core.model import JSON, LiveObject, Role
 from gitray.plans.analysis import Analysis, Pause, land_pauses, read_analysis
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.gateway import (
@@ -237,13 +237,7 @@ def incremental_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
     capacity there, all traffic back to it, no new cluster."""
     old = ctx.live.active
     assert old is not None
-    previous = ctx.live.clusters[target]
-    ctx.abandon_pending(keep=None, revert=False)
-    ctx.cleanup_previous(keep=target)
-    if previous.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
-        ctx.deploy_and_wait(target, serve, serve_hash,
-                            f"send the Serve config to {target} before switching back")
-    else:
+    if not ctx.go_back_to(target, serve, serve_hash):
         ctx.steps.add(StepType.SET_SERVE_CAPACITY, target,
                       {"cluster": target, "targetCapacity": 100,
                        "serveConfig": dict(serve), "serveConfigHash": serve_hash},

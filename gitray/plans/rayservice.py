@@ -220,6 +220,19 @@ class _Ctx:
         self.wait_running(cluster, serve, serve_hash,
                           "wait until every Serve application is RUNNING")
 
+    def go_back_to(self, target: str, serve: Mapping[str, object], serve_hash: str) -> bool:
+        """The start of going back to a cluster that still exists (Git reverted before its
+        deletion was due): no pending cluster, no other previous one, and the Serve config
+        sent to it again if it differs. True when it was sent (and waited for)."""
+        previous = self.live.clusters[target]
+        self.abandon_pending(keep=None, revert=False)
+        self.cleanup_previous(keep=target)
+        if previous.annotations.get(ANN_SERVE_CONFIG_HASH) == serve_hash:
+            return False
+        self.deploy_and_wait(target, serve, serve_hash,
+                             f"send the Serve config to {target} before switching back")
+        return True
+
     def wait_running(self, cluster: str, serve: Mapping[str, object], serve_hash: str,
                      why: str) -> None:
         self.steps.add(StepType.WAIT_SERVE_RUNNING, cluster,
@@ -417,13 +430,7 @@ def _instant_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
     """Git went back to a spec whose cluster still exists: switch back, no new cluster."""
     old = ctx.live.active
     assert old is not None
-    previous = ctx.live.clusters[target]
-    ctx.abandon_pending(keep=None, revert=False)
-    ctx.cleanup_previous(keep=target)
-    if previous.annotations.get(ANN_SERVE_CONFIG_HASH) != serve_hash:
-        ctx.deploy_and_wait(target, serve, serve_hash,
-                            f"send the Serve config to {target} before switching back")
-    else:
+    if not ctx.go_back_to(target, serve, serve_hash):
         ctx.wait_running(target, serve, serve_hash, f"check Serve is RUNNING on {target}")
     ctx.point_services(target, switch_only=True)
     ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
