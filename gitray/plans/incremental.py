@@ -46,7 +46,7 @@ from gitray.plans.upgradeoptions import (
 )
 
 if TYPE_CHECKING:
-    from gitray.plans.rayservice import _Ctx
+    from gitray.plans.rscontext import Ctx
 
 __all__ = [
     "drop_cluster_service",
@@ -63,20 +63,20 @@ _ANALYSIS_METRICS = {  # metric names per gateway (metrics.provider)
 }
 
 
-def incremental(ctx: _Ctx) -> bool:
+def incremental(ctx: Ctx) -> bool:
     return upgrade_type(ctx.workload.spec) == UPGRADE_INCREMENTAL
 
 
-def _options(ctx: _Ctx) -> IncrementalOptions:
+def _options(ctx: Ctx) -> IncrementalOptions:
     strategy = ctx.workload.spec.get("upgradeStrategy")
     return read_options(strategy if isinstance(strategy, Mapping) else {})
 
 
-def _live_extra(ctx: _Ctx, role: Role, name: str) -> LiveObject | None:
+def _live_extra(ctx: Ctx, role: Role, name: str) -> LiveObject | None:
     return next((o for o in ctx.live.extras if o.role == role and o.name == name), None)
 
 
-def drop_cluster_service(ctx: _Ctx, cluster: str) -> None:
+def drop_cluster_service(ctx: Ctx, cluster: str) -> None:
     """Delete ``<cluster>-serve-svc`` with its cluster (when the live state has it)."""
     name = cluster_serve_service_name(cluster)
     if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
@@ -84,7 +84,7 @@ def drop_cluster_service(ctx: _Ctx, cluster: str) -> None:
                       f"cluster {cluster} goes: so does its serve Service")
 
 
-def _ensure_cluster_service(ctx: _Ctx, cluster: str) -> bool:
+def _ensure_cluster_service(ctx: Ctx, cluster: str) -> bool:
     """Create ``<cluster>-serve-svc`` unless live; whether it had to be created."""
     name = cluster_serve_service_name(cluster)
     if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
@@ -95,7 +95,7 @@ def _ensure_cluster_service(ctx: _Ctx, cluster: str) -> bool:
     return True
 
 
-def ensure_routing(ctx: _Ctx, cluster: str) -> None:
+def ensure_routing(ctx: Ctx, cluster: str) -> None:
     """The per-cluster serve Service of ``cluster``, and when it was missing (a first rollout,
     or a RayService just switched to the incremental upgrade) the Gateway and the HTTPRoute
     sending everything to ``cluster``. A Gateway of another class (when live) is updated."""
@@ -114,7 +114,7 @@ def ensure_routing(ctx: _Ctx, cluster: str) -> None:
                       f"the HTTPRoute sending all traffic to {cluster}")
 
 
-def restore_traffic(ctx: _Ctx) -> None:
+def restore_traffic(ctx: Ctx) -> None:
     """Before a pending cluster is dropped mid-upgrade: all traffic back to the active
     cluster, at full Serve capacity."""
     active = ctx.live.active
@@ -126,7 +126,7 @@ def restore_traffic(ctx: _Ctx) -> None:
                   f"{active} serves everything again: full Serve capacity")
 
 
-def _shift(ctx: _Ctx, old: str, new: str | None, percent: int, why: str,
+def _shift(ctx: Ctx, old: str, new: str | None, percent: int, why: str,
            step: tuple[int, int] | None = None) -> None:
     weights = [(old, 100 - percent)] + ([(new, percent)] if new is not None else [])
     route = route_manifest(ctx.workload, weights, ctx.config.instance)
@@ -138,19 +138,17 @@ def _shift(ctx: _Ctx, old: str, new: str | None, percent: int, why: str,
     ctx.steps.add(StepType.SHIFT_TRAFFIC, route_name(ctx.name), params, why)
 
 
-def incremental_upgrade(ctx: _Ctx, target: str, serve: Mapping[str, object],
+def incremental_upgrade(ctx: Ctx, target: str, serve: Mapping[str, object],
                         serve_hash: str) -> Action:
     """Cluster spec changed: build the new cluster at the surge capacity, move the traffic
     to it weight step by weight step (each held, analysed, maybe paused), then promote."""
-    from gitray.plans.rayservice import _build_new_cluster  # the shared steps 1-4
-
     old = ctx.live.active
     assert old is not None
     options = _options(ctx)
     analysis = read_analysis(ctx.workload.manifest)
     ctx.abandon_pending(keep=target, revert=False)
     ctx.cleanup_previous()
-    _build_new_cluster(ctx, target, serve, serve_hash,
+    ctx.build_new_cluster(target, serve, serve_hash,
                        target_capacity=options.max_surge_percent)
     ensure_routing(ctx, old)
     _ensure_cluster_service(ctx, target)
@@ -185,7 +183,7 @@ def incremental_upgrade(ctx: _Ctx, target: str, serve: Mapping[str, object],
     return Action.REPLACE
 
 
-def _weight_step(ctx: _Ctx, options: IncrementalOptions, analysis: Analysis | None,
+def _weight_step(ctx: Ctx, options: IncrementalOptions, analysis: Analysis | None,
                  old: str, new: str, percent: int, step: tuple[int, int],
                  pause: Pause | None) -> None:
     _shift(ctx, old, new, percent, f"traffic step {step[0]}/{step[1]}: {percent} % to {new}",
@@ -210,7 +208,7 @@ def _weight_step(ctx: _Ctx, options: IncrementalOptions, analysis: Analysis | No
                       f"pause at {percent} % (gitray.io/analysis pauses)")
 
 
-def _analysis_params(ctx: _Ctx, analysis: Analysis, options: IncrementalOptions, old: str,
+def _analysis_params(ctx: Ctx, analysis: Analysis, options: IncrementalOptions, old: str,
                      new: str, percent: int, step: tuple[int, int]) -> dict[str, JSON]:
     keep = analysis.keep_failed_clusters
     params: dict[str, JSON] = {
@@ -231,7 +229,7 @@ def _analysis_params(ctx: _Ctx, analysis: Analysis, options: IncrementalOptions,
     return params
 
 
-def incremental_rollback(ctx: _Ctx, target: str, serve: Mapping[str, object],
+def incremental_rollback(ctx: Ctx, target: str, serve: Mapping[str, object],
                          serve_hash: str) -> Action:
     """Git went back to a spec whose cluster still exists (deletion not yet due): full
     capacity there, all traffic back to it, no new cluster."""
