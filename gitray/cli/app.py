@@ -108,7 +108,8 @@ def _sync_parser(sub: Any) -> None:
     sy.add_argument("--log-level", default=env("GITRAY_LOG_LEVEL", "info"),
                     choices=["debug", "info", "warning", "error"])
     sy.add_argument("--cache-dir", default=env("GITRAY_CACHE_DIR"),
-                    help="where the Git remote is cached [~/.cache/gitray/repos]")
+                    help="directory gitray keeps its clone of the remote in (under "
+                         "repos/) [~/.cache/gitray]")
     sy.add_argument("--status-token-file", default=env("GITRAY_STATUS_TOKEN_FILE"),
                     help="file holding the Git host token for commit statuses "
                          "[else $GITRAY_STATUS_TOKEN]")

@@ -288,6 +288,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     from gitray.daemon.logs import setup_logging
     from gitray.daemon.settings import DaemonSettings
     from gitray.engine.wiring import ExecSettings
+    from gitray.git.source import default_cache_dir
     from gitray.hosts.api import token_from
     from gitray.parsing.config import env_overrides
 
@@ -309,7 +310,8 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         deletion_interval_s=_seconds(args.deletion_interval, "--deletion-interval"),
         http_host=host or "0.0.0.0", http_port=int(port),
         webhook_secret=secret.encode() if secret else None, overrides=overrides,
-        kube=_kube_settings(args), cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+        kube=_kube_settings(args),
+        cache_dir=default_cache_dir(args.repo, Path(args.cache_dir)) if args.cache_dir else None,
         status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
         allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None)
     return Daemon(settings).run_forever()

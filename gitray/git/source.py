@@ -66,9 +66,13 @@ def is_url(repo: str) -> bool:
     return "://" in repo or bool(_SCP_LIKE.match(repo))
 
 
-def default_cache_dir(url: str) -> Path:
+def default_cache_dir(url: str, root: Path | None = None) -> Path:
+    """Where the bare clone of ``url`` lives: ``<root>/repos/<digest>``, ``root`` being
+    ``--cache-dir`` or ``~/.cache/gitray``. Always a directory gitray creates itself: git
+    refuses a repository owned by another user ("dubious ownership"), and a mounted volume's
+    root (an emptyDir under ``fsGroup``) belongs to root."""
     digest = hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
-    return Path.home() / ".cache" / "gitray" / "repos" / digest
+    return (root or Path.home() / ".cache" / "gitray") / "repos" / digest
 
 
 def read_snapshot(

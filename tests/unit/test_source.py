@@ -15,7 +15,13 @@ import pytest
 from gitray.core.credentials import redact_url as redact
 from gitray.core.errors import SourceError
 from gitray.core.snapshot import MAX_FILE_BYTES, RepoFile, Snapshot
-from gitray.git.source import default_cache_dir, is_url, read_snapshot, resolve_revision
+from gitray.git.source import (
+    default_cache_dir,
+    fetch_branch,
+    is_url,
+    read_snapshot,
+    resolve_revision,
+)
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
@@ -337,3 +343,32 @@ def test_url_credentials_reach_the_server_but_not_argv_errors_or_cache(
     for path in cache.rglob("*"):
         if path.is_file():
             assert b"s3cr3t" not in path.read_bytes(), path
+
+
+def test_a_cache_dir_another_user_owns_still_works(source_repo: Path, tmp_path: Path) -> None:
+    """`--cache-dir` is often a volume whose root another user owns (in deploy/, an emptyDir
+    under fsGroup belongs to root while gitray runs as 10001). git refuses a repository there
+    ("dubious ownership"), so gitray keeps its clone in a directory it creates itself."""
+    assert os.geteuid() == 0, "this test chowns a directory to another user: run it as root"
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(source_repo), str(remote))
+    url = remote.as_uri()
+    # the premise: a repository at the root of a directory another user owns is refused
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    git(foreign, "init", "-q", "--bare")
+    os.chown(foreign, 12345, 12345)
+    refused = subprocess.run(["git", "-C", str(foreign), "rev-parse", "--git-dir"],
+                             env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
+                             check=False)
+    assert refused.returncode != 0 and "dubious ownership" in refused.stderr, refused
+    # gitray with such a directory as --cache-dir
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    os.chown(volume, 12345, 12345)
+    volume.chmod(0o777)
+    cache = default_cache_dir(url, volume)
+    assert cache.parent.parent == volume
+    fetched = fetch_branch(url, "main", cache_dir=cache)
+    assert fetched.sha == git(source_repo, "rev-parse", "HEAD")
+    assert contents(read_snapshot(str(fetched.cache), fetched.sha))["ops/svc.yaml"] == b"v: 2\n"
