@@ -19,16 +19,16 @@ ConfigMap with the ``resourceVersion`` last read (compare-and-swap). When the sw
 record is read again; if a newer epoch wrote it the writer gets ``LeaseLostError`` — a record
 is never overwritten by an older epoch's writer.
 
-:class:`Record` and :class:`StepRecord` are the persisted, JSON-safe form; the executor's
-in-memory outcomes are converted into them, never stored directly.
+:class:`Record` and :class:`StepRecord` (``gitray.engine.record``, re-exported here) are the
+persisted, JSON-safe form; the executor's in-memory outcomes are converted into them, never
+stored directly.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any
 
 from gitray.core.errors import ConflictError, LeaseLostError, TerminalError
@@ -39,13 +39,30 @@ from gitray.core.model import (
     MANAGED_BY,
     ROLE_PROGRESS,
     ObjectKey,
-    stable_hash,
 )
-from gitray.core.timefmt import utc_timestamp
 from gitray.engine.fence import Fence
+from gitray.engine.record import (
+    ANN_PROGRESS_FOR,
+    DATA_KEY,
+    MAX_MESSAGE_CHARS,
+    MAX_RECORD_BYTES,
+    RECORD_FORMAT_VERSION,
+    Record,
+    RunState,
+    StepRecord,
+    StepStart,
+    StepStatus,
+    encode_record,
+    record_from_json,
+    record_name,
+    record_to_json,
+    trim_message,
+    utc_now,
+    workload_plan_from_json,
+    workload_plan_to_json,
+)
 from gitray.k8s.client import Kube
-from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
-from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
+from gitray.plans.plan import WorkloadPlan
 
 __all__ = [
     "ANN_PROGRESS_FOR",
@@ -67,174 +84,6 @@ __all__ = [
     "workload_plan_from_json",
     "workload_plan_to_json",
 ]
-
-RECORD_FORMAT_VERSION = 1
-ANN_PROGRESS_FOR = "gitray.io/progress-for"
-DATA_KEY = "record.json"
-# A ConfigMap's data may hold 1 MiB; keep a margin for metadata and the JSON string escaping
-# the API server applies when storing it.
-MAX_RECORD_BYTES = 1024 * 1024 - 16 * 1024
-MAX_MESSAGE_CHARS = 4000  # per step message / reason (Serve tracebacks can be long)
-
-
-class RunState(StrEnum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class StepStatus(StrEnum):
-    OK = "ok"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-
-
-def utc_now() -> str:
-    """Now as ISO 8601 UTC with milliseconds, e.g. ``2026-11-30T09:35:49.123Z``."""
-    return utc_timestamp(digits=3)
-
-
-def trim_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, keeping its head and its tail (where a
-    traceback's cause is)."""
-    if len(text) <= limit:
-        return text
-    marker = f" … [{len(text) - limit} chars cut] … "
-    head = (limit - len(marker)) // 3
-    tail = limit - len(marker) - head
-    return text[:head] + marker + text[len(text) - tail:]
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """The persisted result of one step."""
-
-    id: str
-    type: str  # a StepType value
-    status: StepStatus
-    message: str = ""
-    started_at: str = ""  # ISO 8601 UTC
-    finished_at: str = ""
-
-
-@dataclass(frozen=True)
-class StepStart:
-    """When the step at the cursor first began, and under which Lease epoch (persisted)."""
-
-    id: str
-    started_at: str  # ISO 8601 UTC
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Record:
-    """One workload's run, as stored.
-
-    ``resource_version`` is the ConfigMap version this record was read or written as: storage
-    metadata for the compare-and-swap, not part of the stored document."""
-
-    key: ObjectKey
-    revision: str
-    desired_hash: str
-    plan: WorkloadPlan
-    cursor: int  # index of the next step to run
-    steps: tuple[StepRecord, ...]  # results in plan order, one per step id
-    state: RunState
-    reason: str
-    epoch: int
-    updated_at: str
-    current: StepStart | None = None  # the running step's start (steps with a timeout only)
-    resource_version: str = field(default="", compare=False)
-
-    @property
-    def next_step(self) -> str | None:
-        """Id of the step at the cursor (None when every step has run)."""
-        steps = self.plan.steps
-        return steps[self.cursor].id if self.cursor < len(steps) else None
-
-
-# ---- JSON codec (pure) ----------------------------------------------------------------------
-
-
-def workload_plan_to_json(wp: WorkloadPlan) -> dict[str, Any]:
-    """One workload's entry in the plan JSON (the ``workloads[]`` shape of ``plan_to_json``)."""
-    item: dict[str, Any] = plan_to_json(Plan(revision="", against="", workloads=(wp,)))[
-        "workloads"][0]
-    return item
-
-
-def workload_plan_from_json(item: Mapping[str, Any]) -> WorkloadPlan:
-    document = {"formatVersion": PLAN_FORMAT_VERSION, "revision": "", "against": "",
-                "basis": [], "workloads": [item]}
-    return plan_from_json(document).workloads[0]
-
-
-def record_to_json(record: Record) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "formatVersion": RECORD_FORMAT_VERSION,
-        "workload": {"kind": record.key.kind, "namespace": record.key.namespace,
-                     "name": record.key.name},
-        "revision": record.revision,
-        "desiredHash": record.desired_hash,
-        "plan": workload_plan_to_json(record.plan),
-        "cursor": record.cursor,
-        "steps": [{"id": s.id, "type": s.type, "status": s.status.value, "message": s.message,
-                   "startedAt": s.started_at, "finishedAt": s.finished_at}
-                  for s in record.steps],
-        "state": record.state.value,
-        "reason": record.reason,
-        "epoch": record.epoch,
-        "updatedAt": record.updated_at,
-    }
-    if record.current is not None:  # absent, not null: the document stays as it was without
-        c = record.current
-        data["currentStep"] = {"id": c.id, "startedAt": c.started_at, "epoch": c.epoch}
-    return data
-
-
-def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Record:
-    """Inverse of :func:`record_to_json`; ``ValueError``/``KeyError``/``TypeError`` on a bad
-    document."""
-    if data.get("formatVersion") != RECORD_FORMAT_VERSION:
-        raise ValueError(f"unsupported formatVersion {data.get('formatVersion')!r}")
-    k = data["workload"]
-    c = data.get("currentStep")
-    return Record(
-        key=ObjectKey(kind=k["kind"], namespace=k["namespace"], name=k["name"]),
-        revision=str(data["revision"]),
-        desired_hash=str(data["desiredHash"]),
-        plan=workload_plan_from_json(data["plan"]),
-        cursor=int(data["cursor"]),
-        steps=tuple(StepRecord(id=s["id"], type=s["type"], status=StepStatus(s["status"]),
-                               message=s.get("message", ""), started_at=s.get("startedAt", ""),
-                               finished_at=s.get("finishedAt", ""))
-                    for s in data["steps"]),
-        state=RunState(data["state"]),
-        reason=str(data.get("reason", "")),
-        epoch=int(data["epoch"]),
-        updated_at=str(data.get("updatedAt", "")),
-        current=None if c is None else StepStart(id=str(c["id"]),
-                                                 started_at=str(c["startedAt"]),
-                                                 epoch=int(c["epoch"])),
-        resource_version=resource_version,
-    )
-
-
-def record_name(key: ObjectKey) -> str:
-    """Name of the ConfigMap holding ``key``'s run record."""
-    return f"gitray-run-{stable_hash(str(key), 12)}"
-
-
-def _encode(record: Record) -> str:
-    text = json.dumps(record_to_json(record), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
-    size = len(text.encode())
-    if size > MAX_RECORD_BYTES:
-        raise TerminalError(
-            f"{record.key}: the run record would be {size} bytes, over the ConfigMap limit of "
-            f"{MAX_RECORD_BYTES} bytes; split the workload's plan (fewer or smaller steps)")
-    return text
 
 
 # ---- the store (I/O) ----------------------------------------------------------------------
@@ -307,6 +156,11 @@ class ProgressStore:
         steps = tuple(sorted(steps, key=lambda s: order.get(s.id, len(order))))
         cursor = record.cursor if result.status is StepStatus.FAILED else record.cursor + 1
         return self._write(replace(record, steps=steps, cursor=cursor, current=None))
+
+    def count_failure(self, record: Record, message: str) -> Record:
+        """Store one more failed analysis of the run (counted against its failureLimit)."""
+        failures = (*record.analysis_failures, trim_message(message, 500))
+        return self._write(replace(record, analysis_failures=failures))
 
     def finish(self, record: Record, state: RunState, reason: str = "") -> Record:
         """End the run as ``succeeded``, ``failed`` or ``cancelled``."""
@@ -389,7 +243,7 @@ class ProgressStore:
         if resource_version:
             metadata["resourceVersion"] = resource_version
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-                "data": {DATA_KEY: _encode(record)}}
+                "data": {DATA_KEY: encode_record(record)}}
 
 
 def _version(obj: Mapping[str, Any]) -> str:
