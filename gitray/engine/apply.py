@@ -14,7 +14,7 @@ from typing import Any
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
-from gitray.core.model import LiveState, ObjectKey, Workload
+from gitray.core.model import Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import Record, RunState
@@ -22,6 +22,7 @@ from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import live_pages, read_live_state
 from gitray.parsing.config import parse_config
+from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan, StepType
@@ -82,11 +83,19 @@ def _api_versions(desired: Desired) -> dict[str, str]:
     return {w.key.kind: w.api_version for w in desired.workloads if not w.is_ray}
 
 
+def _incremental(desired: Desired) -> list[str]:
+    """The RayServices (as text) whose upgrades go through the Gateway API."""
+    return [str(w.key) for w in desired.workloads
+            if w.key.kind == Kind.RAY_SERVICE.value
+            and upgrade_type(w.spec) == UPGRADE_INCREMENTAL]
+
+
 def read_live(kube: Kube, desired: Desired) -> LiveState:
     """What gitray manages in this repository's allowed namespaces, all at once. Objects
     elsewhere are never touched, so they neither change a plan nor make a saved plan stale."""
     live = read_live_state(kube, desired.config, namespaces=_scope(desired),
-                           desired_api_versions=_api_versions(desired))
+                           desired_api_versions=_api_versions(desired),
+                           gateway_needed_by=_incremental(desired))
     return LiveState(tuple(o for o in live.objects if desired.config.allows(o.namespace)))
 
 
@@ -96,7 +105,8 @@ def read_live_store(kube: Kube, desired: Desired) -> LiveStore:
     store = LiveStore()
     allows = desired.config.allows
     for page in live_pages(kube, desired.config, namespaces=_scope(desired),
-                           desired_api_versions=_api_versions(desired)):
+                           desired_api_versions=_api_versions(desired),
+                           gateway_needed_by=_incremental(desired)):
         store.add(o for o in page if allows(o.namespace))
     return store
 

@@ -3,6 +3,12 @@
 One LIST per kind across all namespaces (by label selector ``managed-by=gitray`` and the
 instance label), read in pages. Where RBAC only grants some namespaces, one LIST per kind and
 namespace. Never one GET per workload.
+
+Gateway API objects (``gateway.networking.k8s.io/v1`` Gateway and HTTPRoute, made for
+incremental RayService upgrades) are listed only when something needs them: a RayService of
+the repository upgrades incrementally (then the API server must have those CRDs: a clear
+error names the workloads otherwise), or the live state holds a per-cluster serve Service
+(routing left from such a RayService, to be cleaned up; skipped when the CRDs are absent).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from gitray.core.config import Config
-from gitray.core.errors import ForbiddenError, NotFoundError
+from gitray.core.errors import ConfigError, ForbiddenError, NotFoundError
 from gitray.core.model import (
     API_VERSION_RAY,
     LABEL_INSTANCE,
@@ -19,13 +25,16 @@ from gitray.core.model import (
     LABEL_ROLE,
     MANAGED_BY,
     ROLE_PROGRESS,
+    ROLE_SIGNAL,
     Kind,
     LiveObject,
     LiveState,
+    Role,
 )
 from gitray.k8s.client import Kube
 
 __all__ = [
+    "GATEWAY_KINDS",
     "SUPPORTING_API_VERSIONS",
     "live_kinds",
     "live_pages",
@@ -46,11 +55,13 @@ SUPPORTING_API_VERSIONS = {
 }
 # Ray kinds whose CRD only newer KubeRay releases install (RayCronJob: v1.6+).
 _OPTIONAL_KINDS = frozenset({Kind.RAY_CRON_JOB.value})
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+GATEWAY_KINDS = ((GATEWAY_API, "Gateway"), (GATEWAY_API, "HTTPRoute"))
 
 
 def managed_selector(instance: str) -> str:
     return (f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={instance},"
-            f"{LABEL_ROLE}!={ROLE_PROGRESS}")
+            f"{LABEL_ROLE} notin ({ROLE_PROGRESS},{ROLE_SIGNAL})")
 
 
 def live_kinds(config: Config, desired_api_versions: dict[str, str]) -> list[tuple[str, str]]:
@@ -72,27 +83,53 @@ def _live_object(item: dict[str, Any]) -> LiveObject:
 
 
 def live_pages(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
-               desired_api_versions: dict[str, str] | None = None
-               ) -> Iterator[list[LiveObject]]:
+               desired_api_versions: dict[str, str] | None = None,
+               gateway_needed_by: Sequence[str] = ()) -> Iterator[list[LiveObject]]:
     """Every object gitray manages for this instance, one LIST page at a time (a caller that
     keeps pages compact, as ``gitray.core.livestore`` does, never holds the whole state).
 
     ``namespaces`` is the fallback scope when listing across all namespaces is forbidden.
+    ``gateway_needed_by``: the workloads (as text) whose plans need the Gateway API objects.
     """
     selector = managed_selector(config.instance)
+    routing_left = False
     for api_version, kind in live_kinds(config, desired_api_versions or {}):
         for items in _pages_scoped(kube, api_version, kind, selector, namespaces):
-            yield [_live_object(item) for item in items]
+            page = [_live_object(item) for item in items]
+            routing_left = routing_left or any(
+                o.kind == "Service" and o.labels.get(LABEL_ROLE) == Role.CLUSTER_SERVE_SERVICE
+                for o in page)
+            yield page
+    if gateway_needed_by or routing_left:
+        for api_version, kind in GATEWAY_KINDS:
+            if _has_kind(kube, api_version, kind, gateway_needed_by):
+                for items in _pages_scoped(kube, api_version, kind, selector, namespaces):
+                    yield [_live_object(item) for item in items]
 
 
 def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
-                    desired_api_versions: dict[str, str] | None = None) -> LiveState:
+                    desired_api_versions: dict[str, str] | None = None,
+                    gateway_needed_by: Sequence[str] = ()) -> LiveState:
     """Every object gitray manages for this instance, all at once."""
     objects = [o for page in live_pages(kube, config, namespaces=namespaces,
-                                        desired_api_versions=desired_api_versions)
+                                        desired_api_versions=desired_api_versions,
+                                        gateway_needed_by=gateway_needed_by)
                for o in page]
     objects.sort(key=lambda o: (o.kind, o.namespace, o.name))
     return LiveState(tuple(objects))
+
+
+def _has_kind(kube: Kube, api_version: str, kind: str, needed_by: Sequence[str]) -> bool:
+    try:
+        kube.resource(api_version, kind)
+    except NotFoundError:
+        if not needed_by:
+            return False
+        raise ConfigError(
+            f"the API server has no {kind} ({api_version}), which the incremental upgrade of "
+            f"{', '.join(sorted(needed_by))} needs: install the Gateway API CRDs (standard "
+            "channel) and a Gateway controller, or use upgradeStrategy NewCluster") from None
+    return True
 
 
 def _pages_scoped(kube: Kube, api_version: str, kind: str, selector: str,
