@@ -11,7 +11,10 @@
     ├── TerminalError           a step failed for good (timeout, Serve DEPLOY_FAILED, ...)
     │   ├── NotFoundError       Kubernetes 404: the object (or its kind) does not exist
     │   ├── ForbiddenError      Kubernetes 401/403: RBAC refused the request
-    │   └── InvalidError        Kubernetes 400/422: the API server rejected the object
+    │   ├── InvalidError        Kubernetes 400/422: the API server rejected the object
+    │   ├── AnalysisFailed      a progressive-delivery analysis found a check failing (counted
+    │   │                       against failureLimit before it fails the upgrade)
+    │   └── Aborted             `gitray abort` asked to roll an incremental upgrade back
     ├── StatusRejected          a Git host refused a status/comment for good (gitray.hosts)
     ├── TransientError          worth retrying with backoff (API hiccup, conflict, network)
     │   ├── ConflictError       Kubernetes 409: compare-and-swap lost, or it already exists
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from gitray.core.model import Diagnostic
 
 __all__ = [
+    "Aborted",
+    "AnalysisFailed",
     "ConfigError",
     "ConflictError",
     "ForbiddenError",
@@ -100,6 +105,22 @@ class ForbiddenError(TerminalError):
 
 class InvalidError(TerminalError):
     """The API server rejected the object as invalid."""
+
+
+class AnalysisFailed(TerminalError):
+    """An analysis of an incremental upgrade failed: ``check`` (its name) measured ``value``.
+
+    The executor counts it against the analysis' ``failureLimit``: below the limit the weight
+    is held and the analysis runs again; at the limit the upgrade is rolled back."""
+
+    def __init__(self, message: str, check: str, value: str) -> None:
+        super().__init__(message)
+        self.check = check
+        self.value = value
+
+
+class Aborted(TerminalError):
+    """``gitray abort`` asked to roll the incremental upgrade in flight back."""
 
 
 class LeaseBusyError(TransientError):
