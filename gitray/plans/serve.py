@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["ServeState", "ServeVerdict", "serve_verdict"]
+__all__ = ["ServeState", "ServeVerdict", "live_config_at", "serve_verdict"]
 
 _MESSAGE_LIMIT = 2000
 
@@ -65,3 +65,23 @@ def serve_verdict(sent: Mapping[str, Any], reported: Mapping[str, Any]) -> Serve
     if all(s == "RUNNING" for s in statuses.values()):
         return ServeVerdict(ServeState.RUNNING, summary)
     return ServeVerdict(ServeState.WAITING, summary)
+
+
+_INSTANCE_OPTIONS = ("proxy_location", "http_options", "grpc_options")
+
+
+def live_config_at(details: Mapping[str, Any], percent: int) -> dict[str, Any] | None:
+    """The Serve config a cluster runs (``GET /api/serve/applications/?api_type=declarative``:
+    each application's ``deployed_app_config`` and the instance-wide options), to be sent
+    again with ``target_capacity`` = ``percent``; None when it runs no application."""
+    apps = details.get("applications") or {}
+    if not isinstance(apps, Mapping):
+        return None
+    configs = [dict(app["deployed_app_config"]) for _, app in sorted(apps.items())
+               if isinstance(app, Mapping) and isinstance(app.get("deployed_app_config"),
+                                                          Mapping)]
+    if not configs:
+        return None
+    out: dict[str, Any] = {key: details[key] for key in _INSTANCE_OPTIONS
+                           if isinstance(details.get(key), (str, Mapping))}
+    return {**out, "applications": configs, "target_capacity": percent}
