@@ -5,6 +5,7 @@ fails with that reason) or ``TransientError`` (retried by the executor with back
 bounded by the step's timeout (a deadline handed in, partly spent when the step is resumed)
 and woken by watch events where the API has them; Serve status is polled every 0.25 s at
 first, slowing to every 1.5 s. ``report`` receives progress lines for long waits.
+The steps of an incremental upgrade are ``gitray.engine.traffic``'s (steered by the run).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff, Clock, Deadline, poll
 from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
+from gitray.engine.probes import HttpProbe
+from gitray.engine.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
@@ -62,6 +65,7 @@ class Actions:
         # step up front, but a wait step is not one)
         self.fence = fence
         self.clock = clock or Clock()
+        self.traffic = Traffic(kube, resolver, self.clock, HttpProbe(resolver))
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
             StepType.UPDATE_CLUSTER: self._update_cluster,
@@ -85,17 +89,19 @@ class Actions:
             StepType.WAIT_JOB: self._wait_job,
         }
 
-    def run(self, namespace: str, step: Step, report: Report, spent: float = 0.0) -> str:
-        """Run ``step``; ``spent``: seconds of its timeout used up before this call."""
+    def run(self, namespace: str, step: Step, report: Report, spent: float = 0.0,
+            steering: Steering | None = None) -> str:
+        """Run ``step``; ``spent``: seconds of its timeout used up before this call;
+        ``steering``: the run's promote/abort signals (incremental upgrades)."""
+        if step.type in TRAFFIC_STEPS:
+            timeout = step_timeout(step)
+            deadline = None if timeout is None else Deadline(timeout, self.clock, spent)
+            return self.traffic.run(namespace, step, report, deadline, steering)
         timed = self._timed.get(step.type)
         if timed is not None:
             deadline = Deadline(step_timeout(step) or 0.0, self.clock, spent)
             return timed(namespace, step, report, deadline)
-        handler = self._handlers.get(step.type)
-        if handler is None:  # planned (progressive delivery) but not executed yet
-            raise TerminalError(f"step {step.id} ({step.type.value}) cannot be executed by "
-                                "this gitray yet; use upgradeStrategy NewCluster meanwhile")
-        return handler(namespace, step, report)
+        return self._handlers[step.type](namespace, step, report)
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -219,15 +225,20 @@ class Actions:
         # the dashboard answers some seconds after the head pod is ready: retry the PUT within
         # the step's timeout (gitray.engine.deadlines.DEPLOY_BUDGET_S at least)
         last: list[TransientError] = []
+        body = dict(step.params["serveConfig"])
+        capacity = step.params.get("targetCapacity")
+        if isinstance(capacity, int):  # an incremental upgrade's new cluster: maxSurgePercent
+            body["target_capacity"] = capacity
 
         def attempt() -> str | None:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
-                    client.deploy(step.params["serveConfig"])
+                    client.deploy(body)
             except TransientError as e:
                 last[:] = [e]
                 return None
-            return f"Serve config sent to {cluster}"
+            return f"Serve config sent to {cluster}" + (
+                f" at target_capacity {capacity} %" if isinstance(capacity, int) else "")
 
         def wait(_left: float) -> None:
             report(f"dashboard not reachable yet ({last[0]})")

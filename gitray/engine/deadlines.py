@@ -5,6 +5,12 @@ up) is bounded as a whole, from when it first began — not from when this proce
 up. Its start is persisted in the run record before it runs (``Record.current``), so a leader
 that resumes it after a hand-over, a lost Lease or a restart waits only for what is left of
 the original timeout, and fails it at once when none is left.
+
+The holds of an incremental upgrade are timed the same way, but their time running out is
+their success: ``wait-interval`` holds a weight ``seconds``, a timed ``pause`` ``seconds`` (one
+until promoted has no timeout). A ``run-analysis`` is not timed here: a resumed analysis
+measures a whole window afresh (the metrics scraped at the start of the interrupted one are
+gone).
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from datetime import datetime
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.plan import Step, StepType
 
-__all__ = ["DEPLOY_BUDGET_S", "Budget", "seconds_since", "step_budget", "step_timeout"]
+__all__ = ["DEPLOY_BUDGET_S", "HOLDS", "Budget", "seconds_since", "step_budget",
+           "step_timeout"]
 
 # a step type with a timeout -> its timeout when the plan gives none (plans always give one)
 _DEFAULT_TIMEOUT_S = {
@@ -27,10 +34,15 @@ _DEFAULT_TIMEOUT_S = {
 # kubelets report a head pod ready before its dashboard answers: deploy-serve retries its PUT
 # for the plan's Serve timeout, but at least this long
 DEPLOY_BUDGET_S = 180.0
+# steps whose timeout is how long they hold (params["seconds"]): reaching it ends them well
+HOLDS = frozenset({StepType.WAIT_INTERVAL, StepType.PAUSE})
 
 
 def step_timeout(step: Step) -> float | None:
     """The timeout of ``step`` in seconds; None for a step type that has none."""
+    if step.type in HOLDS:
+        seconds = step.params.get("seconds")
+        return float(seconds) if isinstance(seconds, int | float) else None
     default = _DEFAULT_TIMEOUT_S.get(step.type)
     if default is None:
         return None

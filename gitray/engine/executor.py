@@ -13,6 +13,13 @@ Failure (SPEC §3): a RayService whose new cluster failed before any traffic was
 gets that pending cluster deleted (or kept and marked failed with ``keepFailedClusters``);
 the active cluster and both Services are left untouched.
 
+An incremental upgrade (``gitray.engine.upgradecontrol``) is steered by ``gitray promote`` and
+``gitray abort`` (read at every step boundary before the promotion, and by its holds); a
+``run-analysis`` that fails is counted in the run record and, below its ``failureLimit``, run
+again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
+failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity
+restored, the new cluster deleted (or kept, marked failed).
+
 Waves run in order; within a wave supporting objects go first, then Ray workloads run in
 parallel up to ``maxParallel``. A failed wave stops the waves after it.
 """
@@ -26,13 +33,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gitray.core.config import Config
-from gitray.core.errors import LeaseLostError, TerminalError, TransientError
+from gitray.core.errors import (
+    Aborted,
+    AnalysisFailed,
+    LeaseLostError,
+    TerminalError,
+    TransientError,
+)
 from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
 from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
-from gitray.engine.deadlines import Budget, step_budget
+from gitray.engine.deadlines import HOLDS, Budget, step_budget
 from gitray.engine.fence import Fence
 from gitray.engine.progress import (
     ProgressStore,
@@ -42,6 +55,13 @@ from gitray.engine.progress import (
     StepStart,
     StepStatus,
     utc_now,
+)
+from gitray.engine.signals import RunSteering, SignalStore
+from gitray.engine.upgradecontrol import (
+    check_failure_limit,
+    failure_limit,
+    promotion_index,
+    rollback_of,
 )
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 
@@ -83,14 +103,26 @@ class WorkloadOutcome:
     messages: tuple[str, ...] = field(default=(), compare=False)
 
 
+@dataclass
+class _Run:
+    """A workload's run in progress; mutable: every write gives a new ``record``."""
+
+    record: Record | None
+    steering: RunSteering | None
+    promotion: int | None  # gitray.engine.upgradecontrol.promotion_index
+    failures: list[str]  # failed analyses so far
+
+
 class Executor:
     def __init__(self, actions: Actions, fence: Fence, config: Config,
-                 progress: ProgressStore | None = None, reporter: Reporter | None = None) -> None:
+                 progress: ProgressStore | None = None, reporter: Reporter | None = None,
+                 signals: SignalStore | None = None) -> None:
         self.actions = actions
         self.fence = fence
         self.config = config
         self.progress = progress
         self.reporter = reporter or (lambda _event: None)
+        self.signals = signals
         self._lock = threading.Lock()
 
     # ---- plan level ---------------------------------------------------------------------
@@ -137,24 +169,33 @@ class Executor:
         start = resume.cursor if resume is not None else 0
         total = len(wp.steps)
         messages: list[str] = []
+        promotion = promotion_index(wp)
+        run = _Run(record, self._steering(wp, record, revision) if promotion else None,
+                   promotion, list(record.analysis_failures) if record is not None else [])
         for index in range(start, total):
             step = wp.steps[index]
             record, started, budget = self._begin_step(record, step)
             self._emit(StepEvent(wp.key, index + 1, total, step, "start",
                                  budget.describe() if budget and budget.resumed else ""))
+            run.record = record
             try:
-                message = self._run_step(wp, index, step, budget)
+                message = self._attempt(wp, index, step, budget, run)
             except TerminalError as e:
-                reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
-                record = self._record(record, step, StepStatus.FAILED, str(e), started)
+                record = self._record(run.record, step, StepStatus.FAILED, str(e), started)
                 cleanup = self._clean_up_failure(wp, index)
+                if isinstance(e, Aborted) and run.steering is not None:
+                    run.steering.consume_abort()
+                reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 if cleanup:
                     messages.append(cleanup)
+                    if cleanup.startswith("rolled back") or cleanup.startswith("rollback"):
+                        reason += f"; {cleanup}"
                 if record is not None and self.progress is not None:
                     self.progress.finish(record, RunState.FAILED, reason)
                 return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
                                        tuple(messages))
+            record = run.record
             messages.append(message)
             failpoints.hit(failpoints.Point.STEP_DONE, index + 1)
             self._emit(StepEvent(wp.key, index + 1, total, step, "done", message))
@@ -190,11 +231,42 @@ class Executor:
         with self._lock:
             self.reporter(event)
 
-    def _run_step(self, wp: WorkloadPlan, index: int, step: Step, budget: Budget | None
-                  ) -> str:
+    def _attempt(self, wp: WorkloadPlan, index: int, step: Step, budget: Budget | None,
+                 run: _Run) -> str:
+        """Run ``step`` of an upgrade that may be aborted, again after a failed analysis
+        below its failureLimit (each failure stored in ``run.record`` first)."""
+        while True:
+            try:
+                if run.steering is not None and run.promotion is not None \
+                        and index < run.promotion:
+                    run.steering.aborted(step)
+                check_failure_limit(step, run.failures)
+                return self._run_step(wp, index, step, budget, run.steering)
+            except AnalysisFailed as e:
+                run.failures.append(f"{step.id}: {e}")
+                if run.record is not None and self.progress is not None:
+                    run.record = self.progress.count_failure(run.record, run.failures[-1])
+                check_failure_limit(step, run.failures, e)
+                self._emit(StepEvent(wp.key, index + 1, len(wp.steps), step, "progress",
+                                     f"analysis failed ({len(run.failures)} of failureLimit "
+                                     f"{failure_limit(step)}): {e}; holding the weight and "
+                                     "analysing again"))
+
+    def _steering(self, wp: WorkloadPlan, record: Record | None, revision: str
+                  ) -> RunSteering | None:
+        if self.signals is None:
+            return None
+        return RunSteering(self.signals, self.fence, self.config.instance, wp.key,
+                           record.revision if record is not None else revision,
+                           wp.desired_hash)
+
+    def _run_step(self, wp: WorkloadPlan, index: int, step: Step, budget: Budget | None,
+                  steering: RunSteering | None = None) -> str:
         """Run one step: fence first if it mutates; retry transient errors with backoff. A
-        step with a timeout is bounded from its first start (``budget``), across retries."""
-        if budget is not None and budget.resumed and budget.left <= 0:
+        step with a timeout is bounded from its first start (``budget``), across retries
+        (a hold whose time ran out meanwhile has done its part)."""
+        if budget is not None and budget.resumed and budget.left <= 0 \
+                and step.type not in HOLDS:
             raise TerminalError(budget.expired(step))
         total = len(wp.steps)
         pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
@@ -209,7 +281,7 @@ class Executor:
                     wp.key.namespace, step,
                     lambda detail: self._emit(StepEvent(wp.key, index + 1, total, step,
                                                         "progress", detail)),
-                    spent=carried + clock.monotonic() - began)
+                    spent=carried + clock.monotonic() - began, steering=steering)
             except LeaseLostError:
                 raise
             except TransientError as e:
@@ -222,10 +294,48 @@ class Executor:
                 self.actions.clock.sleep(pause)
                 spent += pause
 
+    def _roll_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
+        """An incremental upgrade failed once traffic moved: take it back (None: no traffic
+        had moved, or it was promoted already)."""
+        rollback = rollback_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
+        if rollback is None:
+            return None
+        problems: list[str] = []
+        for step in rollback.steps:
+            try:
+                self._run_step(wp, failed_at, step, None)
+            except (TerminalError, TransientError) as e:
+                if step.type is StepType.SHIFT_TRAFFIC:  # the new cluster must stay then
+                    return (f"rollback incomplete: could not send all traffic back to "
+                            f"{rollback.old} ({e}); {rollback.new} is left in place")
+                problems.append(f"{step.type.value} {step.target}: {e}")
+        kept = ""
+        if rollback.keep:
+            kept = self._mark_failed(wp, rollback.new)
+        where = f"{rollback.new} kept for debugging" if rollback.keep else \
+            f"{rollback.new} deleted"
+        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, {where}"
+                + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
+
+    def _mark_failed(self, wp: WorkloadPlan, cluster: str) -> str:
+        """Annotate a kept failed cluster; "" or why it could not be."""
+        try:
+            self.fence.ensure_held()
+            self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster,
+                                    {"metadata": {"annotations": {
+                                        ANN_FAILED: "upgrade failed; kept for debugging"}}})
+        except (TransientError, TerminalError) as e:
+            return f"could not mark {cluster} failed: {e}"
+        return ""
+
     def _clean_up_failure(self, wp: WorkloadPlan, failed_at: int) -> str:
-        """A RayService upgrade failed before traffic moved: remove (or mark) its new cluster."""
+        """A RayService upgrade failed: an incremental one that moved traffic is rolled back;
+        one that failed before traffic moved has its new cluster removed (or marked)."""
         if wp.key.kind != Kind.RAY_SERVICE.value:
             return ""
+        rolled_back = self._roll_back(wp, failed_at)
+        if rolled_back is not None:
+            return rolled_back
         if any(s.type in _SWITCHING for s in wp.steps[:failed_at]):
             return ""  # traffic already moved: leave everything for the next plan to settle
         new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]

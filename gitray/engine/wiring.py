@@ -10,7 +10,8 @@
       ├── resolver   how Ray dashboards are reached (and the Ray token)
       ├── progress(config)                  ProgressStore: run records, fenced by the lease
       └── executor(config, progress, reporter)
-                     Executor(Actions(kube, resolver, fence=lease), fence=lease, ...)
+                     Executor(Actions(kube, resolver, fence=lease), fence=lease, ...,
+                              SignalStore: promote/abort signals next to the run records)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter
 from gitray.engine.progress import ProgressStore
+from gitray.engine.signals import SignalStore
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from gitray.k8s.lease import Lease
@@ -92,4 +94,5 @@ class Wiring:
     def executor(self, config: Config, progress: ProgressStore,
                  reporter: Reporter) -> Executor:
         return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
-                        config, progress, reporter)
+                        config, progress, reporter,
+                        SignalStore(self.kube, self.settings.lease_namespace))

@@ -59,6 +59,28 @@ def test_every_step_with_a_timeout_is_handed_its_deadline_by_the_actions() -> No
     assert timed == set(Actions(nothing, nothing, nothing)._timed)
 
 
+def hold(kind: StepType, **params: Any) -> Step:
+    return Step(id=f"9-{kind.value}", type=kind, target="svc-1a2b3", params=params)
+
+
+@pytest.mark.parametrize(("case", "given", "expected"), [
+    ("wait-interval holds its seconds", hold(StepType.WAIT_INTERVAL, seconds=60), 60),
+    ("a timed pause holds its seconds", hold(StepType.PAUSE, seconds=300), 300),
+    ("a pause until promoted has no timeout", hold(StepType.PAUSE, untilPromoted=True), None),
+    ("run-analysis is not timed: a resumed one measures a whole window afresh",
+     hold(StepType.RUN_ANALYSIS, windowSeconds=60), None),
+])
+def test_holds_are_timed_by_how_long_they_hold(case: str, given: Step,
+                                               expected: float | None) -> None:
+    assert step_timeout(given) == expected, case
+
+
+def test_a_resumed_hold_keeps_what_is_left_of_it() -> None:
+    budget = step_budget(hold(StepType.WAIT_INTERVAL, seconds=60), NOW, STARTED, 4)
+    assert budget is not None and budget.left == pytest.approx(40.25)
+    assert budget.describe() == "resumed, 40 s of 60 s left"
+
+
 def test_a_step_begun_here_has_its_whole_timeout() -> None:
     assert step_budget(step(StepType.WAIT_CLUSTER_READY, 30), NOW) == Budget(30)
     assert step_budget(step(StepType.SWITCH_SERVICE), NOW) is None
