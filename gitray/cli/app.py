@@ -82,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     lease_namespace_arg(st)
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
+    for name, what in (("promote", "end the pause an incremental RayService upgrade is in (or "
+                                   "the next one)"),
+                       ("abort", "roll an incremental RayService upgrade in flight back")):
+        cmd = sub.add_parser(name, help=what)
+        cmd.add_argument("workload", metavar="NAMESPACE/RAYSERVICE")
+        cluster_args(cmd)
+        lease_namespace_arg(cmd)
     _sync_parser(sub)
     return p
 

@@ -317,7 +317,21 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     return Daemon(settings).run_forever()
 
 
+def _cmd_signal(args: argparse.Namespace) -> int:
+    from gitray.cli.steer import parse_workload, send_signal
+    from gitray.k8s.client import Kube
+
+    key = parse_workload(args.workload)
+    kube = Kube.connect(_kube_settings(args))
+    try:
+        print(send_signal(kube, _lease_namespace(args), key, args.command))
+    finally:
+        kube.close()
+    return EXIT_OK
+
+
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
-             "status": _cmd_status, "sync": _cmd_sync}
+             "status": _cmd_status, "sync": _cmd_sync, "promote": _cmd_signal,
+             "abort": _cmd_signal}
 
 

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from gitray.cli.app import main
+from gitray.cli.steer import parse_workload
 from gitray.core.errors import AnalysisFailed, TerminalError, UserError
+from gitray.core.model import ObjectKey
 from gitray.engine.record import Record, RunState, record_from_json, record_to_json
 from gitray.engine.upgradecontrol import (
     Control,
@@ -248,3 +251,19 @@ def test_the_live_serve_config_is_sent_again_with_the_new_capacity() -> None:
                           "route_prefix": "/"}],
         "target_capacity": 100}
     assert live_config_at({"applications": {}}, 100) is None
+
+
+# ---- the commands' argument ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["fruit", "ray-serve/", "/fruit", "a/b/c"])
+def test_promote_and_abort_name_a_rayservice_as_namespace_slash_name(text: str) -> None:
+    with pytest.raises(UserError, match="expected NAMESPACE/RAYSERVICE"):
+        parse_workload(text)
+    assert parse_workload("ray-serve/fruit") == ObjectKey("RayService", "ray-serve", "fruit")
+
+
+def test_a_bad_workload_is_one_line_and_exit_code_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["abort", "fruit"]) == 1
+    assert capsys.readouterr().err == ("gitray: error: expected NAMESPACE/RAYSERVICE, got "
+                                       "'fruit'\n")
