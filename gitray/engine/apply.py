@@ -53,10 +53,9 @@ class Desired:
         return self.result.workloads
 
 
-# Step types gitray plans but cannot execute: refused by `gitray apply` before the Lease,
-# held back whole by `gitray sync`. Empty since the progressive-delivery steps (issue 16) are
-# executed (gitray.engine.traffic); kept for step types planned ahead of their execution.
-NOT_EXECUTABLE: frozenset[StepType] = frozenset()
+# Planned, not executed yet (issue 16: execution through a Gateway comes separately).
+NOT_EXECUTABLE = frozenset({StepType.SET_SERVE_CAPACITY, StepType.SHIFT_TRAFFIC,
+                            StepType.WAIT_INTERVAL, StepType.RUN_ANALYSIS, StepType.PAUSE})
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
