@@ -219,7 +219,13 @@ def _confirm() -> None:
 
 def _cmd_apply(args: argparse.Namespace) -> int:
     from gitray.cli.console import ConsoleReporter
-    from gitray.engine.apply import check_saved_plan, desired_from, execute, live_plan
+    from gitray.engine.apply import (
+        check_saved_plan,
+        desired_from,
+        execute,
+        live_plan,
+        refuse_unappliable,
+    )
     from gitray.engine.executor import Outcome
     from gitray.engine.wiring import ExecSettings, Wiring
     from gitray.k8s.client import Kube
@@ -235,6 +241,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         else:
             plan, _ = live_plan(kube, desired)
             sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
+            refuse_unappliable(kube, plan)  # before asking (execute checks again)
             if plan.has_changes and not args.yes:
                 _confirm()
         lease_ns = _lease_namespace(args)

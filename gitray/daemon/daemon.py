@@ -53,12 +53,12 @@ from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import (
-    NOT_EXECUTABLE,
     Desired,
     desired_from,
     live_plan,
     read_live,
     resumable,
+    unappliable,
 )
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
@@ -71,7 +71,7 @@ from gitray.k8s.election import LeaseRecord
 from gitray.k8s.events import EventRecorder
 from gitray.k8s.lease import LAPSE_MARGIN_S
 from gitray.plans.filters import (
-    hold_unexecutable,
+    hold_back,
     only_deletions,
     skip_failed,
 )
@@ -405,16 +405,7 @@ class Daemon:
                          plan.revision[:7])
         if trigger == "deletions":
             plan = only_deletions(plan)
-        # Planned but not executable yet (an incremental RayService upgrade): held back whole,
-        # before any change, never started and failed half-way.
-        plan, held = hold_unexecutable(plan, NOT_EXECUTABLE)
-        for key, types in held.items():
-            log.error("%s: %s not applied: gitray plans but does not yet execute %s; use "
-                      "upgradeStrategy NewCluster meanwhile", sha[:7], key, ", ".join(types))
-            if trigger in {"commit", "retry"}:
-                self.post_status(sha, key, "failure",
-                                 f"not applied: gitray does not yet execute {', '.join(types)} "
-                                 "steps; use upgradeStrategy NewCluster meanwhile")
+        plan, held = self._hold_back(sha, trigger, plan)
         resume = resumable(plan, records)
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
@@ -432,6 +423,17 @@ class Daemon:
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._report(sha, outcomes, desired, plan)
         return outcomes
+
+    def _hold_back(self, sha: str, trigger: str, plan: Plan
+                   ) -> tuple[Plan, dict[ObjectKey, list[str]]]:
+        """Not executable yet (an incremental RayService upgrade), or needing CRDs the cluster
+        lacks: held back whole, before any change, never started and failed half-way."""
+        held = unappliable(self.kube, plan)
+        for key, reasons in sorted(held.items()):
+            log.error("%s: %s not applied: %s", sha[:7], key, "; ".join(reasons))
+            if trigger in {"commit", "retry"}:
+                self.post_status(sha, key, "failure", f"not applied: {reasons[0]}")
+        return hold_back(plan, held), held
 
     def _report(self, sha: str, outcomes: list[WorkloadOutcome], desired: Desired,
                 plan: Plan) -> None:

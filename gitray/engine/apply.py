@@ -20,18 +20,19 @@ from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import Record, RunState
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
-from gitray.k8s.live import live_pages, read_live_state
+from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan, StepType
 from gitray.plans.planner import Planner
+from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.stale import stale_reasons
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
-           "execute",
-           "live_plan", "read_live", "read_live_store", "resumable"]
+           "execute", "live_plan", "read_live", "read_live_store", "refuse_unappliable",
+           "resumable", "unappliable"]
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,10 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     is the one ``compute_plan`` gives for all of it (tests/unit/test_plan_batches.py).
     """
     store = read_live_store(kube, desired)
+    # without the Gateway API CRDs an incremental RayService is still planned, with a note
+    absent = absent_apis(kube, [GATEWAY_API]) if _incremental(desired) else frozenset()
     planner = Planner(desired.workloads, desired.config,
-                      now=(now or (lambda: datetime.now(UTC)))())
+                      now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent)
     deadline = math.inf
     for batch in store.batches():
         live = store.take(batch)
@@ -163,7 +166,7 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
     again under the Lease and must still have the same steps.
     """
     lease, kube = wiring.lease, wiring.kube
-    _refuse_unexecutable(plan)
+    refuse_unappliable(kube, plan)
     lease.acquire(wiring.settings.lease_timeout_s, on_wait)
     lease.start_renewing()
     try:
@@ -186,14 +189,21 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
         lease.release()
 
 
-def _refuse_unexecutable(plan: Plan) -> None:
-    """Before anything is changed: steps this gitray can plan but not yet execute (the
-    progressive-delivery steps of an incremental RayService upgrade)."""
-    unknown = sorted({f"{w.key} ({s.type.value})" for w in plan.workloads for s in w.steps
-                      if s.type in NOT_EXECUTABLE})
-    if unknown:
-        raise UserError("not applied: gitray plans but does not yet execute these steps: "
-                        + ", ".join(unknown) + "; use upgradeStrategy NewCluster meanwhile")
+def unappliable(kube: Kube, plan: Plan) -> dict[ObjectKey, list[str]]:
+    """The workloads of ``plan`` that must not be started, and why: steps this gitray plans
+    but does not execute yet (an incremental RayService upgrade), or steps whose objects the
+    API server does not serve (its Gateway and HTTPRoute without the Gateway API CRDs). Asks
+    the API server (discovery) rather than the plan's notes, so a saved plan is checked too."""
+    return blocked_workloads(plan, NOT_EXECUTABLE, absent_apis(kube, needed_apis(plan)))
+
+
+def refuse_unappliable(kube: Kube, plan: Plan) -> None:
+    """Raise UserError, before anything is changed, when ``unappliable`` names a workload."""
+    blocked = unappliable(kube, plan)
+    if blocked:
+        lines = [f"  {key}: {reason}" for key, reasons in sorted(blocked.items())
+                 for reason in reasons]
+        raise UserError("not applied, nothing was changed:\n" + "\n".join(lines))
 
 
 def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:

@@ -6,9 +6,10 @@ namespace. Never one GET per workload.
 
 Gateway API objects (``gateway.networking.k8s.io/v1`` Gateway and HTTPRoute, made for
 incremental RayService upgrades) are listed only when something needs them: a RayService of
-the repository upgrades incrementally (then the API server must have those CRDs: a clear
-error names the workloads otherwise), or the live state holds a per-cluster serve Service
-(routing left from such a RayService, to be cleaned up; skipped when the CRDs are absent).
+the repository upgrades incrementally, or the live state holds a per-cluster serve Service
+(routing left from such a RayService, to be cleaned up). Without the Gateway API CRDs
+(``absent_apis``) none are listed: the plan is still made, with a note, and applying it is
+refused (``gitray.plans.prerequisites``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from gitray.core.config import Config
-from gitray.core.errors import ConfigError, ForbiddenError, NotFoundError
+from gitray.core.errors import ForbiddenError, NotFoundError
 from gitray.core.model import (
     API_VERSION_RAY,
     LABEL_INSTANCE,
@@ -34,8 +35,10 @@ from gitray.core.model import (
 from gitray.k8s.client import Kube
 
 __all__ = [
+    "GATEWAY_API",
     "GATEWAY_KINDS",
     "SUPPORTING_API_VERSIONS",
+    "absent_apis",
     "live_kinds",
     "live_pages",
     "managed_selector",
@@ -57,6 +60,8 @@ SUPPORTING_API_VERSIONS = {
 _OPTIONAL_KINDS = frozenset({Kind.RAY_CRON_JOB.value})
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 GATEWAY_KINDS = ((GATEWAY_API, "Gateway"), (GATEWAY_API, "HTTPRoute"))
+# the kinds gitray uses of each apiVersion an API server may not serve
+_OPTIONAL_API_KINDS = {GATEWAY_API: tuple(kind for _, kind in GATEWAY_KINDS)}
 
 
 def managed_selector(instance: str) -> str:
@@ -100,11 +105,10 @@ def live_pages(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
                 o.kind == "Service" and o.labels.get(LABEL_ROLE) == Role.CLUSTER_SERVE_SERVICE
                 for o in page)
             yield page
-    if gateway_needed_by or routing_left:
+    if (gateway_needed_by or routing_left) and not absent_apis(kube, [GATEWAY_API]):
         for api_version, kind in GATEWAY_KINDS:
-            if _has_kind(kube, api_version, kind, gateway_needed_by):
-                for items in _pages_scoped(kube, api_version, kind, selector, namespaces):
-                    yield [_live_object(item) for item in items]
+            for items in _pages_scoped(kube, api_version, kind, selector, namespaces):
+                yield [_live_object(item) for item in items]
 
 
 def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (),
@@ -119,17 +123,18 @@ def read_live_state(kube: Kube, config: Config, *, namespaces: Sequence[str] = (
     return LiveState(tuple(objects))
 
 
-def _has_kind(kube: Kube, api_version: str, kind: str, needed_by: Sequence[str]) -> bool:
-    try:
-        kube.resource(api_version, kind)
-    except NotFoundError:
-        if not needed_by:
-            return False
-        raise ConfigError(
-            f"the API server has no {kind} ({api_version}), which the incremental upgrade of "
-            f"{', '.join(sorted(needed_by))} needs: install the Gateway API CRDs (standard "
-            "channel) and a Gateway controller, or use upgradeStrategy NewCluster") from None
-    return True
+def absent_apis(kube: Kube, api_versions: Iterable[str]) -> frozenset[str]:
+    """Those of ``api_versions`` (of ``_OPTIONAL_API_KINDS``) whose kinds the API server does
+    not all serve (CRDs not installed): one discovery look-up per kind."""
+    absent = set()
+    for api_version in api_versions:
+        for kind in _OPTIONAL_API_KINDS.get(api_version, ()):
+            try:
+                kube.resource(api_version, kind)
+            except NotFoundError:
+                absent.add(api_version)
+                break
+    return frozenset(absent)
 
 
 def _pages_scoped(kube: Kube, api_version: str, kind: str, selector: str,

@@ -2,6 +2,8 @@
 
 - a workload whose run already failed for the same spec at this revision is not retried at
   that revision (a later commit retries it);
+- a workload that cannot be applied as planned (``gitray.plans.prerequisites``) is held back
+  whole, before any change;
 - a deletions pass keeps only workloads whose steps all delete retired clusters;
 - the earliest persisted deletion deadline tells the daemon when reading the cluster again
   can find a due deletion.
@@ -10,14 +12,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
 
-__all__ = ["earliest_deadline", "hold_unexecutable", "only_deletions", "skip_failed"]
+__all__ = ["earliest_deadline", "hold_back", "only_deletions", "skip_failed"]
 
 
 def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list[ObjectKey]]:
@@ -34,20 +36,11 @@ def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list
     return replace(plan, workloads=tuple(keep)), skipped
 
 
-def hold_unexecutable(plan: Plan, types: frozenset[StepType]
-                      ) -> tuple[Plan, dict[ObjectKey, list[str]]]:
-    """``plan`` without the steps of workloads that hold a step of ``types``, and for each
-    workload left out, the names of those step types (sorted)."""
-    keep: list[WorkloadPlan] = []
-    held: dict[ObjectKey, list[str]] = {}
-    for w in plan.workloads:
-        found = sorted({s.type.value for s in w.steps if s.type in types})
-        if found:
-            keep.append(replace(w, steps=()))
-            held[w.key] = found
-        else:
-            keep.append(w)
-    return replace(plan, workloads=tuple(keep)), held
+def hold_back(plan: Plan, keys: Collection[ObjectKey]) -> Plan:
+    """``plan`` without the steps of the workloads ``keys`` (held back whole: none of their
+    steps runs; see ``gitray.plans.prerequisites.blocked_workloads``)."""
+    return replace(plan, workloads=tuple(replace(w, steps=()) if w.key in keys else w
+                                         for w in plan.workloads))
 
 
 def only_deletions(plan: Plan) -> Plan:

@@ -9,6 +9,10 @@ A workload Git asks for something the live state makes impossible (a cluster cha
 ``upgradeStrategy.type: None``) fails the whole plan with a ``ValidationError``, as an invalid
 revision does: nothing is applied.
 
+A workload whose steps need an apiVersion the API server does not serve (an incremental
+upgrade's Gateway and HTTPRoute without the Gateway API CRDs) is still planned, with a note
+naming the first step that would fail (``gitray.plans.prerequisites``).
+
 Safety rules: a revision with no workloads never prunes (unless ``allowEmpty``); objects in a
 namespace outside ``allowedNamespaces`` are never touched; ``prune: false`` keeps removed
 workloads and says so.
@@ -23,6 +27,7 @@ memory is bounded by the largest batch, and the plan is the same as planning eve
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from gitray.core.config import Config
@@ -30,6 +35,7 @@ from gitray.core.errors import ValidationError
 from gitray.core.livestore import batch_namespace
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
+from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
@@ -58,13 +64,16 @@ def compute_plan(
     now: datetime,
     exact: bool = False,
     label: str = "",
+    absent_apis: frozenset[str] = frozenset(),
 ) -> Plan:
     """The plan that brings ``live`` to ``desired``.
 
     ``exact`` says ``live`` was synthesised from a Git revision (``--against REV``/``empty``),
     so full field diffs are shown; against a real cluster only the fields Git sets compare.
+    ``absent_apis``: apiVersions the API server does not serve (their live objects count as
+    none; a workload whose steps need them gets a note).
     """
-    planner = Planner(desired, config, now=now, exact=exact)
+    planner = Planner(desired, config, now=now, exact=exact, absent_apis=absent_apis)
     namespaces = {w.key.namespace for w in desired}
     namespaces |= {batch_namespace(o.owner, o.namespace) for o in live.objects}
     planner.add(namespaces, live)
@@ -80,8 +89,9 @@ class Planner:
     """
 
     def __init__(self, desired: Sequence[Workload], config: Config, *, now: datetime,
-                 exact: bool = False) -> None:
+                 exact: bool = False, absent_apis: frozenset[str] = frozenset()) -> None:
         self._config, self._now, self._exact = config, now, exact
+        self._absent_apis = absent_apis
         self._by_ns: dict[str, dict[ObjectKey, Workload]] = {}
         for w in desired:
             self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
@@ -123,8 +133,11 @@ class Planner:
             raise ValidationError(sorted(self._refused))
         plans = sorted(self._plans, key=lambda p: p.key)
         plans.sort(key=order_key)
-        return Plan(revision=revision, against=against, basis=tuple(sorted(self._basis)),
-                    workloads=tuple(plans), notes=tuple(self._notes()), label=label)
+        plan = Plan(revision=revision, against=against, basis=tuple(sorted(self._basis)),
+                    workloads=tuple(plans), label=label)
+        # e.g. no Gateway API CRDs: still a plan (CI plans against such clusters), with a note
+        notes = self._notes() + absent_api_notes(plan, self._absent_apis)
+        return replace(plan, notes=tuple(notes))
 
     def _notes(self) -> list[str]:
         removed = sorted(self._removed)

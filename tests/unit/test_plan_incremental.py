@@ -303,26 +303,3 @@ def test_markdown_view_shows_the_weight_steps() -> None:
     assert "will get a new cluster (incremental: 2 traffic steps)" in text
     assert f"set Serve target_capacity of {A} to 50 %" in text
     assert f"hold 100 % on {B} for 1m" in text
-
-
-def test_the_daemon_holds_back_a_workload_it_cannot_execute_whole() -> None:
-    """`gitray sync` leaves out the whole upgrade (not only its traffic steps): nothing of it
-    runs, its other workloads' steps stay, and the step types are named for the status."""
-    from gitray.engine.apply import NOT_EXECUTABLE
-    from gitray.plans.filters import hold_unexecutable
-
-    other = rayservice(image="ray:old")
-    other = Workload(ObjectKey("RayService", "ray", "other"), other.api_version,
-                     {**other.manifest, "metadata": {"name": "other", "namespace": "ray"}},
-                     other.source, other.wave)
-    plan = compute_plan((NEW, other), live(OLD), CONFIG, revision="f" * 40, against="live",
-                        now=NOW)
-    assert one(plan).steps and any(w.steps for w in plan.workloads if w.key != KEY)
-    kept, held = hold_unexecutable(plan, NOT_EXECUTABLE)
-    assert one(kept).steps == ()
-    assert held == {KEY: sorted({"set-serve-capacity", "shift-traffic", "wait-interval"}
-                                & {s.type.value for s in one(plan).steps})}
-    assert [w.steps for w in kept.workloads if w.key != KEY] == \
-        [w.steps for w in plan.workloads if w.key != KEY]
-    # a plan without such steps passes unchanged
-    assert hold_unexecutable(kept, NOT_EXECUTABLE) == (kept, {})
