@@ -15,6 +15,10 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/versions.json versions used, Go version, build times
     <root>/<key>/build.log     full output of every go command
     <root>/<key>/src/          throwaway modules used for the builds
+    <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
+                               by their own versions (tests/testenv/traefik.py)
+
+``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
 """
 
 from __future__ import annotations
@@ -135,9 +139,10 @@ def _candidates_hash() -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _go_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def _go_env(extra: dict[str, str] | None = None, goflags: str = "-mod=mod") -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"CGO_ENABLED": "0", "GOWORK": "off", "GOFLAGS": "-mod=mod"})
+    flags = " ".join(f for f in (goflags, os.environ.get("GOFLAGS", "")) if f)
+    env.update({"CGO_ENABLED": "0", "GOWORK": "off", "GOFLAGS": flags})
     env.setdefault("GOTOOLCHAIN", "local")
     if extra:
         env.update(extra)
@@ -150,7 +155,8 @@ class _Runner:
     def __init__(self, log: Path) -> None:
         self.log = log
 
-    def run(self, args: list[str], cwd: Path | None = None, capture: bool = False) -> str:
+    def run(self, args: list[str], cwd: Path | None = None, capture: bool = False,
+            goflags: str = "-mod=mod") -> str:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("a") as fh:
             fh.write(f"\n$ (cd {cwd or os.getcwd()}) {' '.join(args)}\n")
@@ -158,7 +164,7 @@ class _Runner:
             proc = subprocess.run(
                 args,
                 cwd=cwd,
-                env=_go_env(),
+                env=_go_env(goflags=goflags),
                 stdout=subprocess.PIPE if capture else fh,
                 stderr=fh,
                 text=True,
@@ -528,6 +534,9 @@ def build(root: Path | None = None) -> Layout:
             print(f"KubeRay CRDs + kwok stages: extracted in {time.monotonic() - t0:.0f}s")
         else:
             print("KubeRay CRDs + kwok stages: cached")
+        from tests.testenv.traefik import build_gateway
+
+        build_gateway(lay.root, say=lambda m: print(m, flush=True))
         if not lay.binary("pause").is_file():
             t0 = time.monotonic()
             _build_pause(lay, run)
@@ -559,9 +568,16 @@ def build(root: Path | None = None) -> Layout:
     return lay
 
 
-def main() -> int:
+def main(gateway_only: bool = False) -> int:
     t0 = time.monotonic()
     try:
+        if gateway_only:
+            from tests.testenv.traefik import build_gateway
+
+            gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))
+            print(f"Traefik and the Gateway API CRDs ready in {gl.traefik_dir}, {gl.crds} "
+                  f"[{time.monotonic() - t0:.0f}s]")
+            return 0
         lay = build()
     except BuildError as exc:
         print(f"testenv build FAILED: {exc}", file=sys.stderr)

@@ -17,7 +17,9 @@ def main(argv: list[str]) -> int:
         description="Real Kubernetes + KubeRay + kwok + Ray test environment on loopback.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("build", help="build the pinned binaries into the cache (resumable)")
+    p = sub.add_parser("build", help="build the pinned binaries into the cache (resumable)")
+    p.add_argument("--gateway-only", action="store_true",
+                   help="only Traefik and the Gateway API CRDs (not used by up yet)")
     for name, text in [("up", "start everything and print KUBECONFIG=..."),
                        ("down", "stop every recorded process and clean the state dir"),
                        ("status", "show recorded processes (exit 1 if not all up)"),
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
-            return build.main()
+            return build.main(gateway_only=args.gateway_only)
         if args.cmd == "up":
             t0 = time.monotonic()
             state = control.up(args.state_dir, say=lambda m: print(m, flush=True),
