@@ -35,6 +35,9 @@ def main(argv: list[str]) -> int:
                            default=float(os.environ.get("GITRAY_TESTENV_NODE_WAIT") or 0),
                            help="wait this long for another environment's real node to go "
                                 "[$GITRAY_TESTENV_NODE_WAIT or 0]")
+            p.add_argument("--gateway", action="store_true",
+                           help="also the Gateway API CRDs and Traefik (real node only; "
+                                "not run yet)")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
@@ -42,7 +45,8 @@ def main(argv: list[str]) -> int:
         if args.cmd == "up":
             t0 = time.monotonic()
             state = control.up(args.state_dir, say=lambda m: print(m, flush=True),
-                               real_node=not args.no_node, node_wait=args.node_wait)
+                               real_node=not args.no_node, node_wait=args.node_wait,
+                               gateway=args.gateway)
             print(f"testenv up in {time.monotonic() - t0:.1f}s (state: {state.dir})")
             print(f"KUBECONFIG={state.kubeconfig}")
             return 0

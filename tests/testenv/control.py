@@ -6,7 +6,8 @@ real node by default (node.py: containerd, kubelet, kube-proxy, CoreDNS; Ray run
 there, and kwok's nodes are tainted for scale tests) and the KubeRay operator (out of cluster).
 Without the real node (`--no-node`), the Ray pod runner (`tests/testenv/raypods.py`) runs Ray
 heads on the host for kwok's pods instead. The control plane binds 127.0.0.1 on free ports;
-PIDs, ports and paths go to ``<state-dir>/state.json``.
+PIDs, ports and paths go to ``<state-dir>/state.json``. With ``gateway`` (real node only), a
+Gateway too: the Gateway API CRDs and Traefik (tests/testenv/gatewayenv.py; not run yet).
 """
 
 from __future__ import annotations
@@ -246,11 +247,12 @@ def _node_manifest(state: State) -> str:
 
 
 def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
-       real_node: bool = False, node_wait: float = 0.0) -> State:
+       real_node: bool = False, node_wait: float = 0.0, gateway: bool = False) -> State:
     """Start everything (or reuse a running environment in `state_dir`); returns its State.
 
     With `real_node`, also the real node (node.py): root only, one per machine (waits up to
-    `node_wait` s for the machine-wide lock, then fails naming the holder)."""
+    `node_wait` s for the machine-wide lock, then fails naming the holder). With `gateway`
+    (real node only), also Traefik and the Gateway API CRDs (gatewayenv.py)."""
     state_dir = state_dir or default_state_dir()
     existing = State.load(state_dir)
     if existing is not None:
@@ -259,6 +261,9 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             return existing
         say(f"stale testenv state in {state_dir}: stopping what is left")
         down(state_dir, say=lambda _m: None)
+    if gateway and not real_node:
+        raise EnvError("--gateway needs the real node (Traefik dials pod IPs from "
+                       "EndpointSlices, which kwok's loopback pods never get)")
     lay = build.layout(probe_if_needed=False)
     if not lay.complete():
         raise EnvError(
@@ -276,7 +281,7 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     try:
         if real_node:
             _network_up(state, say)
-        _up(state, lay, say)
+        _up(state, lay, say, gateway)
     except BaseException:
         say("start-up failed: stopping what was started")
         down(state_dir, say=lambda _m: None, keep_logs=True)
@@ -307,7 +312,8 @@ def _network_up(state: State, say: Callable[[str], None]) -> None:
         f"{node.NODE_IP}/24, route {node.SERVICE_CIDR}): ready [{time.monotonic() - t:.1f}s]")
 
 
-def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
+def _up(state: State, lay: build.Layout, say: Callable[[str], None],
+        gateway: bool = False) -> None:
     d = state.dir
     pki = d / "pki"
     bin_ = lay.bin
@@ -433,6 +439,10 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
 
     if state.node:
         _node_up(state, lay, starter, step)
+    if gateway:  # before KubeRay: its incremental-upgrade gate needs the Gateway API kinds
+        from tests.testenv import gatewayenv, traefik
+
+        gatewayenv.gateway_up(state, traefik.GatewayLayout(lay.root), starter, step)
 
     done = step("kuberay-operator")
     probe_port = procs.free_port()
@@ -443,7 +453,8 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None]) -> None:
         str(bin_ / "kuberay-operator"), "--metrics-addr=0", *proxy,
         f"--health-probe-bind-address=127.0.0.1:{probe_port}",
         "--enable-leader-election=false", "--log-stdout-encoder=console",
-        "--feature-gates=RayCronJob=true",
+        "--feature-gates=RayCronJob=true"
+        + (",RayServiceIncrementalUpgrade=true" if gateway else ""),
     ], [probe_port], env={**os.environ, "KUBECONFIG": kconf})
     _wait("kuberay-operator",
           lambda: _http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 90, pid, log)
@@ -615,7 +626,7 @@ def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
         say(f"no testenv state in {state_dir}")
         return []
     if state.node:
-        for name in ("raypods", "kuberay-operator"):
+        for name in ("raypods", "traefik", "kuberay-operator"):
             comp = state.components.get(name)
             if comp:
                 procs.stop_session(int(comp["pid"]), comp.get("started"),  # type: ignore[call-overload,arg-type]
@@ -623,12 +634,12 @@ def down(state_dir: Path | None = None, say: Callable[[str], None] = print,
                 say(f"stopped {name} (pid {comp['pid']})")
         _stop_ray_heads(state_dir, grace)
         _node_down(state, say, grace)
-    order = ["raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns", "containerd",
-             "kwok", "kube-scheduler",
+    order = ["raypods", "traefik", "kuberay-operator", "kubelet", "kube-proxy", "coredns",
+             "containerd", "kwok", "kube-scheduler",
              "kube-controller-manager", "kube-apiserver", "etcd"]
     names = [n for n in order if n in state.components]
     names += [n for n in state.components if n not in order]
-    stopped = {"raypods", "kuberay-operator", "kubelet", "kube-proxy", "coredns",
+    stopped = {"raypods", "traefik", "kuberay-operator", "kubelet", "kube-proxy", "coredns",
                "containerd"} if state.node else set()
     for name in names:
         comp = state.components[name]

@@ -59,3 +59,20 @@ def test_goflags_from_the_environment_are_passed_on(monkeypatch: pytest.MonkeyPa
     assert build._go_env(goflags="-mod=readonly")["GOFLAGS"] == "-mod=readonly -p=1"
     monkeypatch.delenv("GOFLAGS")
     assert build._go_env()["GOFLAGS"] == "-mod=mod"
+
+
+def test_traefik_attaches_gitrays_gateways_and_exposes_metrics_apart() -> None:
+    """Traefik attaches a Gateway listener (gitray's listen on 80) to the entry point whose
+    address ends in its port; ping and metrics stay on 127.0.0.1, a port of their own."""
+    from gitray.plans.gateway import GATEWAY_PORT
+    from tests.testenv.gatewayenv import crd_names, gateway_address, traefik_args
+
+    address = gateway_address(7)
+    assert address == "127.7.254.1"  # the environment's own /16, outside kwok's ranges
+    args = traefik_args(Path("/c/traefik"), address, 45678)
+    assert f"--entryPoints.web.address=127.7.254.1:{GATEWAY_PORT}" in args
+    assert "--entryPoints.admin.address=127.0.0.1:45678" in args
+    assert "--providers.kubernetesgateway.statusAddress.ip=127.7.254.1" in args
+    assert {"--ping.entryPoint=admin", "--metrics.prometheus.entryPoint=admin"} <= set(args)
+    assert crd_names([Path("gateway.networking.k8s.io_httproutes.yaml")]) == \
+        ["crd/httproutes.gateway.networking.k8s.io"]
