@@ -22,7 +22,7 @@ from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import live_pages, read_live_state
 from gitray.parsing.config import parse_config
-from gitray.plans.filters import earliest_deadline
+from gitray.plans.filters import earliest_deadline, hold_unexecutable
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan, StepType
 from gitray.plans.planner import Planner
@@ -178,12 +178,14 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
 
 def _refuse_unexecutable(plan: Plan) -> None:
     """Before anything is changed: steps this gitray can plan but not yet execute (the
-    progressive-delivery steps of an incremental RayService upgrade)."""
-    unknown = sorted({f"{w.key} ({s.type.value})" for w in plan.workloads for s in w.steps
-                      if s.type in NOT_EXECUTABLE})
-    if unknown:
+    progressive-delivery steps of an incremental RayService upgrade). The same rule as
+    `gitray sync`, which holds such a workload back (gitray.plans.filters)."""
+    _, held = hold_unexecutable(plan, NOT_EXECUTABLE)
+    if held:
         raise UserError("not applied: gitray plans but does not yet execute these steps: "
-                        + ", ".join(unknown) + "; use upgradeStrategy NewCluster meanwhile")
+                        + ", ".join(f"{key} ({', '.join(types)})"
+                                    for key, types in sorted(held.items()))
+                        + "; use upgradeStrategy NewCluster meanwhile")
 
 
 def _steps(plan: Plan) -> dict[str, list[tuple[str, str]]]:
