@@ -61,14 +61,10 @@ class _ReadOnly:
 
 
 def service(ns: str, revision: int, serve: str | None = None) -> str:
-    """The RayService sized for the real node; each revision another cluster spec (a head
-    environment variable), so a revision change is a blue-green upgrade."""
-    doc = real_node_rayservice(ns, serve=serve or serve_config(GREETER))
-    if revision:
-        head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
-        head["containers"][0]["env"] = [{"name": "GITRAY_TEST_REVISION",
-                                         "value": str(revision)}]
-    return dump(doc)
+    """The RayService sized for the real node; each revision another cluster spec, so a
+    revision change is a blue-green upgrade."""
+    return dump(real_node_rayservice(ns, serve=serve or serve_config(GREETER),
+                                     revision=revision))
 
 
 @dataclass
