@@ -49,12 +49,12 @@ NEW_IMAGE = "localhost/gitray-ray:2.60.0"
 def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
                          serve: str | None = None, workers: int = 1,
                          name: str = "serve-demo", head_cpu: str | None = None,
-                         **spec: Any) -> dict[str, Any]:
+                         revision: int = 0, **spec: Any) -> dict[str, Any]:
     """The examples-repo RayService sized for the real node (tests.testenv.helpers'
     real_raycluster_spec: small requests, so two clusters fit side by side), with ``image`` on
     every Ray container, ``serve`` as its Serve config (default greeter + calc), the head's CPU
-    request ``head_cpu`` if given, and ``spec``'s extra RayService fields (upgradeStrategy,
-    serveService, ...)."""
+    request ``head_cpu`` if given, ``revision`` as in example_rayservice, and ``spec``'s
+    extra RayService fields (upgradeStrategy, serveService, ...)."""
     from tests.manifests import serve_config
     from tests.testenv.helpers import real_raycluster_spec
 
@@ -63,9 +63,12 @@ def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
     cluster = real_raycluster_spec(workers=workers)
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         group["template"]["spec"]["containers"][0]["image"] = image
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
     if head_cpu:
-        head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
         head["resources"]["requests"]["cpu"] = head_cpu
+    if revision:  # another cluster spec, same image (as example_rayservice's revision)
+        head["env"] = [*head.get("env", []),
+                       {"name": "GITRAY_TEST_REVISION", "value": str(revision)}]
     doc["spec"]["rayClusterConfig"] = cluster
     doc["spec"].update(copy.deepcopy(spec))
     return doc

@@ -141,13 +141,23 @@ def test_a_custom_serve_service_survives_a_blue_green_upgrade(
     assert "team" not in (head.metadata.labels or {})  # the template is the serve Service's
 
 
+def _workers_serve(doc: dict[str, Any]) -> dict[str, Any]:
+    """The head offers no CPU to Ray (`num-cpus: 0`), as KubeRay advises with
+    excludeHeadPodFromServeSvc: Serve's replicas, and so its proxies, are on the workers. (Left
+    at 1 CPU, the replicas may all start on the head before the worker joins, and then no
+    worker ever runs a Serve proxy for the serve Service to select.)"""
+    head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]
+    head["rayStartParams"] = {**head["rayStartParams"], "num-cpus": "0"}
+    return doc
+
+
 def test_exclude_head_pod_from_serve_svc_selects_only_the_ray_workers(
         realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
     ns = node_namespace
     repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
     repo.commit("first rollout", {
         "gitray.yaml": gitray_config("10s", ns),
-        MANIFEST: dump(real_node_rayservice(ns, excludeHeadPodFromServeSvc=True))})
+        MANIFEST: dump(_workers_serve(real_node_rayservice(ns, excludeHeadPodFromServeSvc=True)))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
     (cluster,) = _rayclusters(realnode, ns)

@@ -19,6 +19,11 @@ TEXTS = [
 ]
 
 
+def test_libyaml_is_installed() -> None:
+    """ruamel.yaml.clib is a dependency (pyproject.toml): the tests below compare its events."""
+    assert PARSER == "c", "ruamel.yaml.clib is not importable: pip install -e '.[test]'"
+
+
 def _describe(events: list[object]) -> list[tuple[object, ...]]:
     def marks(e: object) -> tuple[int, int, int, int]:
         start, end = getattr(e, "start_mark"), getattr(e, "end_mark")  # noqa: B009
@@ -29,13 +34,11 @@ def _describe(events: list[object]) -> list[tuple[object, ...]]:
              marks(e)) for e in events]
 
 
-@pytest.mark.skipif(PARSER != "c", reason="libyaml (ruamel.yaml.clib) is not installed")
 @pytest.mark.parametrize("text", TEXTS)
 def test_the_same_events_as_ruamel(text: str) -> None:
     assert _describe(list(_events(text))) == _describe(list(YAML(typ="safe").parse(text)))
 
 
-@pytest.mark.skipif(PARSER != "c", reason="libyaml (ruamel.yaml.clib) is not installed")
 @pytest.mark.parametrize("text", ["a: [1, 2\n", "a: b: c\n", "x: \x07\n"])
 def test_the_same_errors_as_ruamel(text: str) -> None:
     with pytest.raises(YAMLError) as ours:
