@@ -16,7 +16,8 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/build.log     full output of every go command
     <root>/<key>/src/          throwaway modules used for the builds
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
-                               by their own versions (tests/testenv/traefik.py)
+                               by their own versions (tests/testenv/traefik.py); opt-in
+                               (``build --gateway``), never needed by ``Layout.complete``
 
 ``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
 """
@@ -534,9 +535,6 @@ def build(root: Path | None = None) -> Layout:
             print(f"KubeRay CRDs + kwok stages: extracted in {time.monotonic() - t0:.0f}s")
         else:
             print("KubeRay CRDs + kwok stages: cached")
-        from tests.testenv.traefik import build_gateway
-
-        build_gateway(lay.root, say=lambda m: print(m, flush=True))
         if not lay.binary("pause").is_file():
             t0 = time.monotonic()
             _build_pause(lay, run)
@@ -568,19 +566,23 @@ def build(root: Path | None = None) -> Layout:
     return lay
 
 
-def main(gateway_only: bool = False) -> int:
+def main(gateway: bool = False, gateway_only: bool = False) -> int:
+    """``scripts/testenv build``: the environment (``build``), and with ``gateway`` also
+    Traefik and the Gateway API CRDs, opt-in because Traefik's cold compile takes about 15
+    minutes (docs/testenv.md); ``gateway_only``: only those. Plain ``build`` (what scripts/test
+    and .ci/run call) neither builds Traefik nor fetches its modules."""
     t0 = time.monotonic()
     try:
-        if gateway_only:
+        if not gateway_only:
+            lay = build()
+            print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
+        if gateway or gateway_only:
             from tests.testenv.traefik import build_gateway
 
             gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))
             print(f"Traefik and the Gateway API CRDs ready in {gl.traefik_dir}, {gl.crds} "
                   f"[{time.monotonic() - t0:.0f}s]")
-            return 0
-        lay = build()
     except BuildError as exc:
         print(f"testenv build FAILED: {exc}", file=sys.stderr)
         return 1
-    print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
     return 0

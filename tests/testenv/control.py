@@ -253,22 +253,29 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     With `real_node`, also the real node (node.py): root only, one per machine (waits up to
     `node_wait` s for the machine-wide lock, then fails naming the holder). With `gateway`
     (real node only), also Traefik and the Gateway API CRDs (gatewayenv.py)."""
+    if gateway and not real_node:
+        raise EnvError("--gateway needs the real node (Traefik dials pod IPs from "
+                       "EndpointSlices, which kwok's loopback pods never get)")
     state_dir = state_dir or default_state_dir()
     existing = State.load(state_dir)
     if existing is not None:
         if existing.components and all(existing.alive().values()):
+            if gateway and "traefik" not in existing.components:
+                raise EnvError(f"testenv already up in {state_dir} without the Gateway; run: "
+                               f"scripts/testenv down --state-dir {state_dir}, then up --gateway")
             say(f"testenv already up in {state_dir}")
             return existing
         say(f"stale testenv state in {state_dir}: stopping what is left")
         down(state_dir, say=lambda _m: None)
-    if gateway and not real_node:
-        raise EnvError("--gateway needs the real node (Traefik dials pod IPs from "
-                       "EndpointSlices, which kwok's loopback pods never get)")
     lay = build.layout(probe_if_needed=False)
     if not lay.complete():
         raise EnvError(
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
+    if gateway:  # opt-in build: refused here, before anything starts, not half-way up
+        from tests.testenv import gatewayenv, traefik
+
+        gatewayenv.require_built(traefik.GatewayLayout(lay.root))
     t0 = time.monotonic()
     if real_node:  # before anything is written: a refused `up` leaves nothing behind
         try:

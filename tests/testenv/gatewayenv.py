@@ -30,7 +30,7 @@ from tests.testenv import control, procs
 from tests.testenv.traefik import GatewayLayout
 
 __all__ = ["CONTROLLER_NAME", "GATEWAY_CLASS", "LATENCY_BUCKETS", "crd_names",
-           "gateway_address", "gateway_up", "traefik_args"]
+           "gateway_address", "gateway_up", "require_built", "traefik_args"]
 
 GATEWAY_CLASS = "traefik"
 CONTROLLER_NAME = "traefik.io/gateway-controller"
@@ -52,6 +52,13 @@ def crd_names(files: list[Path]) -> list[str]:
             raise control.EnvError(f"unexpected CRD file name {f.name}")
         names.append(f"crd/{found['plural']}.{found['group']}")
     return names
+
+
+def require_built(gl: GatewayLayout) -> None:
+    """Raise EnvError, in one line naming the command, unless ``build --gateway`` ran."""
+    if not gl.complete():
+        raise control.EnvError(f"Traefik or the Gateway API CRDs are not built (in "
+                               f"{gl.root}); run: scripts/testenv build --gateway")
 
 
 def traefik_args(binary: Path, address: str, admin_port: int) -> list[str]:
@@ -80,9 +87,7 @@ def gateway_up(state: control.State, gl: GatewayLayout, starter: control._Starte
                step: Callable[[str], Callable[[], None]]) -> None:
     """CRDs, GatewayClass, Traefik; recorded in ``state.components["traefik"]`` with its
     ``web`` and ``metrics`` URLs."""
-    if not gl.complete():
-        raise control.EnvError(f"Traefik or the Gateway API CRDs missing ({gl.traefik_dir}, "
-                               f"{gl.crds}); run: scripts/testenv build")
+    require_built(gl)
     done = step("Gateway API CRDs")
     files = gl.crd_files()
     control.kubectl(state, "apply", "--server-side", *[a for f in files for a in ("-f", str(f))])

@@ -1,6 +1,8 @@
 """Traefik and the Gateway API CRDs for the test environment (issue 16's data plane): built
 from the Go module proxy into the test-environment cache, keyed by their own versions. Stdlib
-only; `scripts/testenv build` calls ``build_gateway`` after the other components.
+only. Opt-in: ``scripts/testenv build --gateway`` (or ``--gateway-only``) calls
+``build_gateway``; plain ``scripts/testenv build`` (scripts/test, .ci/run) never does, because
+Traefik's cold compile (~15 min) would not fit the cold CI budget.
 
 Layout (beside the Kubernetes key in ``$GITRAY_TESTENV_CACHE``)::
 
