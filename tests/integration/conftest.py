@@ -16,6 +16,11 @@
 - Tests marked `own_node` start an environment with the real node of their own; they are run
   first (the session's environment holds the machine's one real node from its start to the end
   of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
+- Tests marked `gateway` need Traefik and the Gateway API CRDs, an opt-in build
+  (`scripts/testenv build --gateway`, ~15 min cold): scripts/test deselects them
+  (`-m "not soak and not gateway"`); run them with `python3 -m pytest -m gateway
+  tests/integration` (docs/testenv.md). When one is selected, the session's environment is
+  started with `up --gateway`; the `gateway` fixture gives Traefik's `web` and `metrics` URLs.
 - `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the
   Ray pod runner, which runs Ray heads on the host: what bench/ uses), for the runner's tests;
   `kwok_namespace` (function): a fresh namespace in it.
@@ -54,18 +59,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("own_node") is None)
 
 
+def _selects_gateway_tests(session: pytest.Session) -> bool:
+    """Whether a selected test (after -m) is marked ``gateway``."""
+    return any(item.get_closest_marker("gateway") for item in session.items)
+
+
 @pytest.fixture(scope="session")
-def testenv() -> Iterator[TestEnv]:
+def testenv(request: pytest.FixtureRequest) -> Iterator[TestEnv]:
     reuse = os.environ.get("GITRAY_TESTENV_STATE") or os.environ.get("GITRAY_TESTENV_NODE_STATE")
     try:
-        with environment(reuse, prefix="gitray-testenv-node-",
-                         real_node=True, node_wait=600) as (env, _):
+        with environment(reuse, prefix="gitray-testenv-node-", real_node=True, node_wait=600,
+                         gateway=_selects_gateway_tests(request.session)) as (env, _):
             if not env.real_node:
                 pytest.fail(f"GITRAY_TESTENV_STATE={env.state.dir} is an environment without "
                             "the real node (started with --no-node): Ray workloads need real pods")
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gateway(testenv: TestEnv) -> dict[str, str]:
+    """Traefik in the session's environment: ``{"web": ..., "metrics": ...}`` URLs (a
+    `gateway`-marked test; the environment was started with ``up --gateway``)."""
+    traefik = testenv.state.components.get("traefik")
+    if not traefik:
+        pytest.fail(f"the test environment in {testenv.state.dir} has no Gateway: run "
+                    "scripts/testenv build --gateway (and up --gateway for a reused one)")
+    return {"web": str(traefik["web"]), "metrics": str(traefik["metrics"])}
 
 
 @pytest.fixture(scope="session")

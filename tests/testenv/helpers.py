@@ -320,10 +320,11 @@ class EnvUnavailable(Exception):
 @contextlib.contextmanager
 def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
                 keep_logs: bool = True, real_node: bool = False,
-                node_wait: float = 0.0) -> Iterator[tuple[TestEnv, Path]]:
+                node_wait: float = 0.0, gateway: bool = False) -> Iterator[tuple[TestEnv, Path]]:
     """A running environment and its state dir: the one in ``reuse`` (never stopped here), or
     one started in a fresh temp dir and stopped on exit. Its dir (with every component's log,
-    for a failed run's post-mortem) stays unless ``keep_logs`` is False.
+    for a failed run's post-mortem) stays unless ``keep_logs`` is False. With ``gateway``,
+    one with Traefik and the Gateway API CRDs (``up --gateway``; opt-in build).
 
     Raises EnvUnavailable with an actionable message; fixtures turn it into a failure, never
     a skip."""
@@ -333,6 +334,10 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
             raise EnvUnavailable(f"GITRAY_TESTENV_STATE={reuse} is not a running test "
                                  f"environment (start one with: scripts/testenv up "
                                  f"--state-dir {reuse})")
+        if gateway and "traefik" not in state.components:
+            raise EnvUnavailable(f"GITRAY_TESTENV_STATE={reuse} was started without the "
+                                 f"Gateway (run: scripts/testenv build --gateway, then "
+                                 f"scripts/testenv up --gateway --state-dir {reuse})")
         env = TestEnv(state)
         try:
             yield env, Path(reuse)
@@ -347,12 +352,19 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
         raise EnvUnavailable(str(exc)) from None
     if not lay.complete():
         raise EnvUnavailable(f"test environment not built (incomplete {lay.dir}); "
-                             "run: scripts/testenv build")
+                             "run: scripts/testenv build" + (" --gateway" if gateway else ""))
+    if gateway:
+        from tests.testenv import gatewayenv, traefik
+
+        try:
+            gatewayenv.require_built(traefik.GatewayLayout(lay.root))
+        except control.EnvError as exc:
+            raise EnvUnavailable(str(exc)) from None
     started = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         try:
             state = control.up(started, say=lambda _m: None, real_node=real_node,
-                               node_wait=node_wait)
+                               node_wait=node_wait, gateway=gateway)
         except control.EnvError as exc:
             raise EnvUnavailable(f"could not start the test environment: {exc}") from None
         env = TestEnv(state)

@@ -127,3 +127,22 @@ def test_up_gateway_does_not_reuse_an_environment_started_without_it(
         control.up(state_dir, real_node=True, gateway=True)
     assert control.up(state_dir, real_node=True).components  # reused as before without it
 
+
+def test_gateway_tests_fail_naming_the_build_when_it_is_missing(
+        nothing_starts: build.Layout, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `gateway`-marked integration tests' environment (tests/integration/conftest.py):
+    a failure naming the command, never a skip, and nothing started."""
+    from tests.testenv.helpers import EnvUnavailable, environment
+
+    with pytest.raises(EnvUnavailable, match=r"run: scripts/testenv build --gateway$"), \
+            environment(None, real_node=True, gateway=True):
+        pass
+    reused = tmp_path / "reused"
+    reused.mkdir()
+    (reused / "state.json").write_text(json.dumps(
+        {"components": {"kube-apiserver": {"pid": 1, "started": 0}}}))
+    monkeypatch.setattr(control.State, "alive", lambda self: {"kube-apiserver": True})
+    with pytest.raises(EnvUnavailable, match="started without the Gateway"), \
+            environment(str(reused), real_node=True, gateway=True):
+        pass
