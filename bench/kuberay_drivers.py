@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 
 from bench.common import Env, Remote, SyncProc, start_sync
 from tests.manifests import dump, gitray_config
+from tests.testenv import procs
 from tests.testenv.helpers import TestEnv, get_text, http_json, wait_for
 
 __all__ = [
@@ -129,12 +132,17 @@ def _wait_serving(env: TestEnv, ns: str, timeout: float) -> None:
 
 
 class KubeRay:
-    """KubeRay's RayService controller: the RayService is applied to the API server."""
+    """KubeRay's RayService controller: the RayService is applied to the API server.
+
+    ``operator_ours``: the environment was started by this benchmark, so its KubeRay operator
+    (one process for every namespace) may be killed and started again; on an environment
+    given with --state-dir it may serve others, and ``kill`` refuses."""
 
     name = "KubeRay"
 
-    def __init__(self, env: TestEnv, ns: str) -> None:
+    def __init__(self, env: TestEnv, ns: str, operator_ours: bool = False) -> None:
         self.env, self.ns = env, ns
+        self.operator_ours = operator_ours
 
     def _apply(self, doc: dict[str, Any]) -> None:
         self.env.kubectl("apply", "-n", self.ns, "-f", "-", stdin=json.dumps(doc))
@@ -179,10 +187,34 @@ class KubeRay:
         return ""
 
     def kill(self) -> None:
-        raise NotImplementedError("the environment's KubeRay operator is not ours to kill")
+        """SIGKILL the operator process (by the PID the environment recorded)."""
+        if not self.operator_ours:
+            raise NotImplementedError("the environment's KubeRay operator is not ours to kill")
+        comp = self.env.state.components["kuberay-operator"]
+        pid = int(str(comp["pid"]))
+        started = int(str(comp["started"])) if comp.get("started") is not None else None
+        if not procs.alive(pid, started):
+            raise RuntimeError(f"kuberay-operator (pid {pid}) is not running")
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # reap it when this process started it
+            os.waitpid(pid, 0)
 
     def restart(self) -> None:
-        raise NotImplementedError
+        """Start the operator again with its recorded flags; wait until it is ready."""
+        state = self.env.state
+        comp = state.components["kuberay-operator"]
+        args = [str(a) for a in comp["args"]]  # type: ignore[attr-defined]
+        proc = procs.spawn(args, Path(str(comp["log"])), cwd=state.dir,
+                           env={**os.environ, "KUBECONFIG": state.kubeconfig})
+        comp["pid"], comp["started"] = proc.pid, procs.start_time(proc.pid)
+        state.save()
+        probe = next(a.split(":")[-1] for a in args if a.startswith("--health-probe-bind"))
+
+        def ready() -> bool | None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kuberay-operator exited ({proc.returncode}) on restart")
+            return bool(get_text(f"http://127.0.0.1:{probe}/readyz", timeout=1)) or None
+        wait_for(ready, 90, interval=0.5, what="kuberay-operator ready again")
 
     def close(self) -> None:
         pass
