@@ -266,3 +266,18 @@ def test_mutated_texts_read_the_same() -> None:
         p.read_text(encoding="utf-8") for p in REPO_FILES[:6]]
     read_fast = sum(same_both_ways(_mutated(rng, rng.choice(seeds))) for _ in range(1000))
     assert 100 < read_fast < 900
+
+
+def test_scalars_skip_the_patterns_only_when_none_could_match(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``yamlscalars`` answers "a string" from a plain scalar's first character when no null,
+    boolean or number pattern can start with it: the same answer the patterns give."""
+    from gitray.parsing import yamlscalars
+
+    starts = [chr(c) for c in range(1, 128)] + ["\u00e9", "\u263a", "\uff11"]
+    rests = ["", "ull", "ULL", "rue", "RUE", "alse", "1", "o7", "x1f", "inf", "nan", "e3", ".5",
+             "~", "_1"]
+    texts = [""] + [s + r for s in starts for r in rests]
+    quick = [yamlscalars.resolve_scalar(t, None, True) for t in texts]
+    monkeypatch.setattr(yamlscalars, "_TYPED_START", frozenset(starts))
+    assert [yamlscalars.resolve_scalar(t, None, True) for t in texts] == quick
