@@ -42,10 +42,13 @@ from tests.integration.gitops import NEW_IMAGE, real_node_rayservice
 from tests.testenv.helpers import RAY_IMAGE, TestEnv
 from tests.testenv.load import LoadGenerator, LoadResult
 
-__all__ = ["SCENARIOS", "manifest", "run", "tables"]
+__all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "manifest", "run", "tables"]
 
 SCENARIOS = ["image", "serve", "bad-import", "unschedulable", "image-serve", "revert", "kill",
              "ten"]
+# "ten" needs room for 20 Ray heads at once: on this 2-core machine 8 idle heads already
+# saturated the CPUs and the 9th crash-looped (bench/README.md), so it runs only when asked for
+DEFAULT_SCENARIOS = [x for x in SCENARIOS if x != "ten"]
 IMAGE_B = NEW_IMAGE  # the same local build under its other tag
 BROKEN_APP = ("  - name: broken\n    route_prefix: /broken\n"
               "    import_path: serve_apps.missing:app\n")
