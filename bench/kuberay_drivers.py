@@ -41,6 +41,8 @@ __all__ = [
     "delete_namespace",
     "head_ip",
     "new_namespace",
+    "rayclusters",
+    "rayservice_converged",
     "serve_apps",
 ]
 
@@ -98,7 +100,19 @@ def delete_namespace(env: TestEnv, ns: str, timeout: float = 180) -> None:
                  what=f"pods of {ns} gone")
 
 
-def _rayclusters(env: TestEnv, ns: str) -> list[dict[str, Any]]:
+def rayservice_converged(obj: dict[str, Any]) -> bool:
+    """KubeRay says a RayService's last change is done: observed, Ready, no upgrade or
+    pending cluster."""
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+        return False  # not yet looked at the change
+    conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName")
+    return conds.get("Ready") == "True" and conds.get("UpgradeInProgress") != "True" \
+        and not pending
+
+
+def rayclusters(env: TestEnv, ns: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = env.custom.list_namespaced_custom_object(
         "ray.io", "v1", ns, "rayclusters")["items"]
     return items
@@ -164,14 +178,7 @@ class KubeRay:
         return time.time()
 
     def converged(self) -> bool:
-        obj = self.rayservice()
-        status = obj.get("status") or {}
-        if status.get("observedGeneration") != obj["metadata"].get("generation"):
-            return False  # not yet looked at the change
-        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-        pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName")
-        return conds.get("Ready") == "True" and conds.get("UpgradeInProgress") != "True" \
-            and not pending
+        return rayservice_converged(self.rayservice())
 
     def failure(self) -> str:
         status = self.rayservice().get("status") or {}
@@ -325,7 +332,7 @@ class Observer:
     def sample(self) -> Sample:
         now = time.time()
         live = set()
-        for rc in _rayclusters(self.env, self.ns):
+        for rc in rayclusters(self.env, self.ns):
             name = rc["metadata"]["name"]
             self.first_seen.setdefault(name, now)
             if rc["metadata"].get("deletionTimestamp"):

@@ -34,7 +34,14 @@ from bench.common import (
     start_sync,
     summarize,
 )
-from bench.kuberay_drivers import ROLLOUT_TIMEOUT_S, bench_env, delete_namespace, new_namespace
+from bench.kuberay_drivers import (
+    ROLLOUT_TIMEOUT_S,
+    bench_env,
+    delete_namespace,
+    new_namespace,
+    rayclusters,
+    rayservice_converged,
+)
 from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -65,15 +72,7 @@ class _KubeRayFleet:
     def done(self) -> bool:
         items = self.env.custom.list_namespaced_custom_object(
             "ray.io", "v1", self.ns, "rayservices")["items"]
-        for obj in items:
-            status = obj.get("status") or {}
-            if status.get("observedGeneration") != obj["metadata"].get("generation"):
-                return False
-            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            if conds.get("Ready") != "True" or conds.get("UpgradeInProgress") == "True" \
-                    or (status.get("pendingServiceStatus") or {}).get("rayClusterName"):
-                return False
-        return bool(items)
+        return bool(items) and all(rayservice_converged(obj) for obj in items)
 
     def own_requests(self) -> dict[str, int]:
         return {}
@@ -133,8 +132,7 @@ def _selected(env: TestEnv, ns: str, names: list[str]) -> dict[str, str]:
 
 
 def _clusters(env: TestEnv, ns: str) -> set[str]:
-    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
-    return {i["metadata"]["name"] for i in items}
+    return {i["metadata"]["name"] for i in rayclusters(env, ns)}
 
 
 def _follow(env: TestEnv, ctl: _KubeRayFleet | _GitrayFleet, ns: str, old: dict[str, str],

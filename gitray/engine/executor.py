@@ -256,7 +256,7 @@ class Executor:
         from there, e.g. an instant rollback)."""
         if (self.superseded is None or wp.key.kind != Kind.RAY_SERVICE.value
                 or not wp.desired_hash or step.type not in _SUPERSEDABLE
-                or any(s.type in _SWITCHING for s in wp.steps[:index])):
+                or _traffic_moved(wp, index)):
             return None
         return self.superseded
 
@@ -264,7 +264,7 @@ class Executor:
         """A RayService upgrade failed before traffic moved: remove (or mark) its new cluster."""
         if wp.key.kind != Kind.RAY_SERVICE.value:
             return ""
-        if any(s.type in _SWITCHING for s in wp.steps[:failed_at]):
+        if _traffic_moved(wp, failed_at):
             return ""  # traffic already moved: leave everything for the next plan to settle
         new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]
         if not new:
@@ -281,6 +281,11 @@ class Executor:
             return f"deleted failed pending cluster {cluster}"
         except (TransientError, TerminalError) as e:
             return f"could not clean up {cluster}: {e}"
+
+
+def _traffic_moved(wp: WorkloadPlan, index: int) -> bool:
+    """Whether a step before ``index`` created or switched a Service (traffic may have moved)."""
+    return any(s.type in _SWITCHING for s in wp.steps[:index])
 
 
 def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:
