@@ -265,6 +265,11 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     t0 = time.monotonic()
+    left = node.left_behind() if real_node else None
+    if left is not None and left != state_dir:
+        say(f"a real node was left behind in {left} by a run that is gone: bringing it down")
+        down(left, say=lambda m: say(f"  {m}"), keep_logs=True)
+    t0 = time.monotonic()
     if real_node:  # before anything is written: a refused `up` leaves nothing behind
         try:
             node.acquire_lock(state_dir, wait=node_wait)

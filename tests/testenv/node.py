@@ -173,6 +173,20 @@ def wait_lock_free(timeout: float) -> bool:
     return False
 
 
+def left_behind() -> Path | None:
+    """The state dir of a real node whose run is gone (the lock's holder and every process its
+    state records have ended, as after a machine restart or a SIGKILL) but whose changes to the
+    machine (route, tables, bridge, sysctls) are still there; None when there is none."""
+    try:
+        holder = json.loads(lock_path().read_text())
+    except (OSError, ValueError):
+        return None
+    state_dir = Path(str(holder.get("state_dir") or "/nonexistent"))
+    if not (state_dir / "state.json").is_file() or not _lock_stale(holder):
+        return None
+    return state_dir
+
+
 def _lock_stale(data: dict[str, object]) -> bool:
     """The holder's `up` process is gone and so is every process its state dir records."""
     if not procs.owner_gone(data):
