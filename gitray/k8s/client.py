@@ -101,6 +101,17 @@ def _message(e: ApiException) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _timeout_for_this_thread(local: threading.local, seconds: float) -> Iterator[None]:
+    """``local.timeout`` is ``seconds`` inside the block, then what it was."""
+    was = getattr(local, "timeout", None)
+    local.timeout = seconds
+    try:
+        yield
+    finally:
+        local.timeout = was
+
+
 class _DiscoveryTimeout:
     """The dynamic client's discovery requests carry no timeout (an API server that accepts
     connections and never answers would hang gitray for ever): inside :meth:`bounded`, a
@@ -125,14 +136,8 @@ class _DiscoveryTimeout:
             kwargs["_request_timeout"] = default
         return self._request(*args, **kwargs)
 
-    @contextlib.contextmanager
-    def bounded(self, seconds: float) -> Iterator[None]:
-        was = getattr(self._local, "timeout", None)
-        self._local.timeout = seconds
-        try:
-            yield
-        finally:
-            self._local.timeout = was
+    def bounded(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        return _timeout_for_this_thread(self._local, seconds)
 
 
 def _why(e: BaseException) -> str:
@@ -249,16 +254,10 @@ class Kube:
         bounded: float | None = getattr(self._local, "timeout", None)
         return bounded if bounded is not None else self.settings.request_timeout_s
 
-    @contextlib.contextmanager
-    def requests_within(self, seconds: float) -> Iterator[None]:
+    def requests_within(self, seconds: float) -> contextlib.AbstractContextManager[None]:
         """Requests this thread makes inside the block time out after ``seconds`` instead of
         the configured request timeout (a Lease renew gets what is left of its deadline)."""
-        was = getattr(self._local, "timeout", None)
-        self._local.timeout = seconds
-        try:
-            yield
-        finally:
-            self._local.timeout = was
+        return _timeout_for_this_thread(self._local, seconds)
 
     # ---- verbs ------------------------------------------------------------------------
 
