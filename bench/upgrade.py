@@ -9,6 +9,9 @@ After the first rollout has converged, each run pushes a commit and polls every 
   that pod (``<state>/ray-heads/*.json``, matched by pod uid): ``ready`` (kwok reuses pod IPs
   at once, so the dashboard answering on the new IP is not proof: it can be a deleted pod's
   head for a few seconds);
+- the new RayCluster's status turning ready, as gitray's wait-cluster-ready step reads it
+  (``state: ready`` or the ``HeadPodReady`` condition: ``kuberay_ready``), to tell KubeRay's
+  own delay from gitray's in "Ray ready -> Serve deploy";
 - the Serve application's ``last_deployed_time_s`` (Ray's own clock: ``deployed``) and the first
   poll seeing it ``RUNNING`` for that deployment (``running``);
 - the daemon's ``gitray_last_synced_revision_info`` naming the pushed commit (``converged``).
@@ -40,6 +43,7 @@ from bench.common import (
     stats,
     wait_for,
 )
+from gitray.engine.actions import cluster_ready
 
 NS = "bench-upgrade"
 LEASE_NS = "gitray-bench-upgrade"
@@ -111,8 +115,8 @@ def _serving(env: Env) -> str:
 def _follow(env: Env, sync: Any, sha: str, old: set[str], active_ip: str,
             since_deploy: float, timeout: float = 600) -> dict[str, float | None]:
     """Poll until ``sha`` converged; timestamps of the edges described above."""
-    t: dict[str, float | None] = {"created": None, "ready": None, "deployed": None,
-                                  "running": None, "converged": None}
+    t: dict[str, float | None] = {"created": None, "ready": None, "kuberay_ready": None,
+                                  "deployed": None, "running": None, "converged": None}
     cluster, ip, uid = "", active_ip, ""
     limit = time.monotonic() + timeout
     while time.monotonic() < limit:
@@ -126,6 +130,10 @@ def _follow(env: Env, sync: Any, sha: str, old: set[str], active_ip: str,
             ip, uid = _head(env, cluster)
         if uid and t["ready"] is None and _runner_ready(env, uid):
             t["ready"] = now
+        if cluster and t["kuberay_ready"] is None:
+            live = env.kube().get_or_none("ray.io/v1", "RayCluster", NS, cluster)
+            if live is not None and cluster_ready(live):
+                t["kuberay_ready"] = now
         if ip and (active_ip or t["ready"]) and t["running"] is None:
             apps = _apps(ip)
             app = (apps or {}).get("hello") or {}
@@ -194,6 +202,11 @@ def derive(out: dict[str, Any]) -> dict[str, Any]:
         out["cluster_ready_s"] = round(ready - g["created"], 2)
         out["push_to_create_s"] = g["created"]
         out["ready_to_deploy_s"] = round(g["deployed"] - ready, 2)
+        if out.get("kuberay_ready_s") is not None:
+            # KubeRay's verdict (what gitray waits for) after Ray itself was up, and the deploy
+            # after that verdict: the two parts of ready_to_deploy
+            out["kuberay_lag_s"] = round(out["kuberay_ready_s"] - g["ready"], 2)
+            out["verdict_to_deploy_s"] = round(g["deployed"] - out["kuberay_ready_s"], 2)
         overhead = g["created"] + out["ready_to_deploy_s"] + out["running_to_converged_s"]
     out["overhead_s"] = round(overhead, 2)
     out["ray_s"] = round(total - overhead, 2)
@@ -237,16 +250,17 @@ def summarize_samples(result: dict[str, Any]) -> dict[str, Any]:
         mine = [s for s in samples if s["kind"] == kind]
         result[kind] = {k: stats(s[k] for s in mine if s.get(k) is not None)
                         for k in ("total_s", "ray_s", "overhead_s", "push_to_create_s",
-                                  "ready_to_deploy_s", "push_to_deploy_s",
-                                  "running_to_converged_s")}
+                                  "ready_to_deploy_s", "kuberay_lag_s", "verdict_to_deploy_s",
+                                  "push_to_deploy_s", "running_to_converged_s")}
     return result
 
 
 def table(r: dict[str, Any]) -> str:
     rows = ["| change | run | push -> converged | Ray: cluster ready + Serve RUNNING "
             "| gitray overhead | push -> cluster created | Ray ready -> Serve deploy "
+            "| of which: Ray ready -> KubeRay says ready | KubeRay ready -> Serve deploy "
             "| push -> Serve deploy (Serve-only) | Serve RUNNING -> converged |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(v: Any) -> str:
         return "-" if v is None else f"{v:.2f} s"
@@ -257,6 +271,7 @@ def table(r: dict[str, Any]) -> str:
             ray += f" ({f(s['cluster_ready_s'])} + {f(s.get('serve_s'))})"
         rows.append(f"| {s['kind']} | {i // 2 + 1} | {f(s.get('total_s'))} | {ray} "
                     f"| **{f(s.get('overhead_s'))}** | {f(s.get('push_to_create_s'))} "
-                    f"| {f(s.get('ready_to_deploy_s'))} | {f(s.get('push_to_deploy_s'))} "
+                    f"| {f(s.get('ready_to_deploy_s'))} | {f(s.get('kuberay_lag_s'))} "
+                    f"| {f(s.get('verdict_to_deploy_s'))} | {f(s.get('push_to_deploy_s'))} "
                     f"| {f(s.get('running_to_converged_s'))} |")
     return f"First rollout: {r['first_rollout_s']} s.\n\n" + "\n".join(rows)

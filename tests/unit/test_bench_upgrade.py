@@ -1,0 +1,32 @@
+"""Benchmark 3's split of push -> converged into Ray's time and gitray's (pure)."""
+
+from __future__ import annotations
+
+from bench.upgrade import derive
+
+
+def _cluster_change(**edges: float) -> dict[str, object]:
+    return {"kind": "cluster change", **{f"{k}_s": v for k, v in edges.items()}}
+
+
+def test_ready_to_deploy_is_split_at_kuberays_verdict() -> None:
+    out = derive(_cluster_change(created=1.0, ready=8.0, kuberay_ready=12.0, deployed=12.2,
+                                 running=15.0, converged=16.0))
+    assert out["ready_to_deploy_s"] == 4.2
+    assert out["kuberay_lag_s"] == 4.0  # KubeRay said ready 4 s after Ray was up
+    assert out["verdict_to_deploy_s"] == 0.2  # gitray deployed 0.2 s after that
+    assert out["overhead_s"] == round(1.0 + 4.2 + 1.0, 2)
+    assert out["ray_s"] == round(16.0 - out["overhead_s"], 2)
+
+
+def test_without_the_verdict_edge_the_split_is_left_out() -> None:
+    out = derive(_cluster_change(created=1.0, ready=8.0, deployed=8.5, running=10.0,
+                                 converged=11.0))
+    assert out["ready_to_deploy_s"] == 0.5 and "kuberay_lag_s" not in out
+
+
+def test_a_deploy_accepted_before_the_runner_reported_ready_costs_nothing() -> None:
+    out = derive(_cluster_change(created=1.0, ready=9.0, kuberay_ready=7.0, deployed=8.0,
+                                 running=10.0, converged=10.5))
+    assert out["ready_to_deploy_s"] == 0.0
+    assert out["kuberay_lag_s"] == -2.0 and out["verdict_to_deploy_s"] == 1.0
