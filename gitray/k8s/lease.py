@@ -52,7 +52,6 @@ from gitray.k8s.election import (
 __all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
 
 _KIND = "Lease"
-MIN_RENEW_REQUEST_S = 1.0  # a renew request is given at least this long
 RENEW_ERROR_MARGIN_S = 0.5
 LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
@@ -321,12 +320,13 @@ class Lease:
             # a renew's requests may take what is left of the renew deadline (client-go's
             # renew runs under a context of that deadline): a slow API server is not taken
             # for an unreachable one while the deadline still holds. They end a little
-            # before it, so a step-down can say why the last renew failed.
+            # before it, so a step-down can say why the last renew failed; never sooner
+            # than the client's own request timeout (short deadlines keep what they had).
             left = self._last_renew + s.renew_deadline_s - t0 - RENEW_ERROR_MARGIN_S
         if renew_only and not renewing:
             return False
-        bounded = (self._kube.requests_within(max(left, MIN_RENEW_REQUEST_S)) if renewing
-                   else contextlib.nullcontext())
+        bounded = (self._kube.requests_within(max(left, self._kube.settings.request_timeout_s))
+                   if renewing else contextlib.nullcontext())
         try:
             with bounded:
                 return self._read_and_write(t0, renewing, renew_only, term, epoch, uid)
