@@ -91,7 +91,9 @@ def test_up_then_down_leaves_the_machine_as_it_was() -> None:
         for comp in state.components.values():
             for pid in procs.session_members(int(comp["pid"])):
                 os.kill(pid, signal.SIGKILL)
-        assert not any(control.State.load(state_dir).alive().values())  # type: ignore[union-attr]
+        # (a killed process takes a moment to be gone: the kernel tears down its memory first)
+        wait_for(lambda: not any(control.State.load(state_dir).alive().values()) or None,  # type: ignore[union-attr]
+                 timeout=60, interval=0.2, what="the killed node's processes gone")
         assert f"unreachable {node.GUARD_RANGE}" in node.snapshot()["ip route"]
         again = _testenv_cli("up", "--state-dir", str(other), "--node-wait", "60")
         assert again.returncode == 0, again.stdout + again.stderr

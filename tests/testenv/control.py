@@ -265,14 +265,11 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     t0 = time.monotonic()
-    left = node.left_behind() if real_node else None
-    if left is not None and left != state_dir:
-        say(f"a real node was left behind in {left} by a run that is gone: bringing it down")
-        down(left, say=lambda m: say(f"  {m}"), keep_logs=True)
     t0 = time.monotonic()
     if real_node:  # before anything is written: a refused `up` leaves nothing behind
         try:
-            node.acquire_lock(state_dir, wait=node_wait)
+            node.acquire_lock(state_dir, wait=node_wait,
+                              bring_down=lambda left: _bring_down_left_behind(left, say))
         except node.NodeError as exc:
             raise EnvError(str(exc)) from None
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -291,6 +288,12 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     state.ready_seconds = round(time.monotonic() - t0, 1)
     state.save()
     return state
+
+
+def _bring_down_left_behind(left: Path, say: Callable[[str], None]) -> None:
+    say(f"a real node was left behind in {left} by a run that is gone: bringing it down")
+    down(left, say=lambda m: say(f"  {m}"), keep_logs=True)
+    node.release_lock(left)  # also when its state had no node record
 
 
 def _network_up(state: State, say: Callable[[str], None]) -> None:
