@@ -235,9 +235,9 @@ class Kube:
     def _client(self) -> dynamic.DynamicClient:
         with self._lock:
             if self._dynamic is None:
-                with self._discovery.bounded(self.timeout):
-                    self._dynamic = self._call("discovering API resources",
-                                               lambda: dynamic.DynamicClient(self.api_client))
+                # (inside resource()'s discovery bound: discovery requests time out too)
+                self._dynamic = self._call("discovering API resources",
+                                           lambda: dynamic.DynamicClient(self.api_client))
             return self._dynamic
 
     def resource(self, api_version: str, kind: str) -> Any:

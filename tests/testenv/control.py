@@ -265,7 +265,6 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     t0 = time.monotonic()
-    t0 = time.monotonic()
     if real_node:  # before anything is written: a refused `up` leaves nothing behind
         try:
             node.acquire_lock(state_dir, wait=node_wait,

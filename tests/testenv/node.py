@@ -181,25 +181,26 @@ def left_behind() -> Path | None:
         holder = json.loads(lock_path().read_text())
     except (OSError, ValueError):
         return None
-    state_dir = Path(str(holder.get("state_dir") or "/nonexistent"))
-    if not (state_dir / "state.json").is_file() or not _lock_stale(holder):
+    if not _holder_state(holder).is_file() or not _lock_stale(holder):
         return None
-    return state_dir
+    return _holder_state(holder).parent
+
+
+def _holder_state(data: dict[str, object]) -> Path:
+    return Path(str(data.get("state_dir") or "/nonexistent")) / "state.json"
 
 
 def _lock_stale_and_clean(data: dict[str, object]) -> bool:
     """Stale, and nothing of the holder's node left to undo (its state is gone)."""
-    state_file = Path(str(data.get("state_dir") or "/nonexistent")) / "state.json"
-    return _lock_stale(data) and not state_file.is_file()
+    return _lock_stale(data) and not _holder_state(data).is_file()
 
 
 def _lock_stale(data: dict[str, object]) -> bool:
     """The holder's `up` process is gone and so is every process its state dir records."""
     if not procs.owner_gone(data):
         return False
-    state_file = Path(str(data.get("state_dir", "/nonexistent"))) / "state.json"
     try:
-        comps = json.loads(state_file.read_text()).get("components", {})
+        comps = json.loads(_holder_state(data).read_text()).get("components", {})
     except (OSError, ValueError):
         return True
     return not any(procs.alive(int(c["pid"]), c.get("started")) for c in comps.values())
