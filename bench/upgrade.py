@@ -14,7 +14,15 @@ After the first rollout has converged, each run pushes a commit and polls every 
   own delay from gitray's in "Ray ready -> Serve deploy";
 - the Serve application's ``last_deployed_time_s`` (Ray's own clock: ``deployed``) and the first
   poll seeing it ``RUNNING`` for that deployment (``running``);
-- the daemon's ``gitray_last_synced_revision_info`` naming the pushed commit (``converged``).
+- the daemon's ``gitray_last_synced_revision_info`` naming the pushed commit (``converged``);
+- from the daemon's log, when its deploy-serve step logged "Serve config sent" (``sent``).
+
+Before each push the benchmark waits until the runner has stopped the Ray head of the cluster
+deleted last. kwok hands a new pod a freed IP at once; a deleted head still running there
+accepts the new cluster's Serve config within a second, the new head then starts without it,
+and gitray re-sends it only once Serve reports no applications 15 s after the first PUT
+(``REDEPLOY_AFTER_S``): the 4.47 s outlier of session 2. A real pod network does not reuse an
+IP while its old process still serves. ``sent`` before ``ready`` in a sample shows the case.
 
 gitray's overhead (see ``derive``): cluster change = push->created + ready->deployed (0 when
 gitray deployed before the runner reported the head ready) + running->converged; Serve-only
@@ -28,6 +36,7 @@ import contextlib
 import json
 import time
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 from bench.common import (
@@ -97,6 +106,27 @@ def _runner_ready(env: Env, uid: str) -> bool:
     return False
 
 
+def _heads_running(env: Env) -> int:
+    """Ray heads the environment's runner has not stopped yet (its records)."""
+    return len(list((env.state_dir / "ray-heads").glob("*.json")))
+
+
+def _sent_at(sync: Any, since: float) -> float | None:
+    """Epoch time of the daemon's first "Serve config sent" log line after ``since``."""
+    with contextlib.suppress(OSError):
+        for line in sync.log.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if "deploy-serve: Serve config sent" not in str(entry.get("msg", "")):
+                continue
+            stamp = datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
+            if stamp.timestamp() >= since:
+                return stamp.timestamp()
+    return None
+
+
 def _apps(ip: str) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://{ip}:8265/api/serve/applications/",
@@ -164,6 +194,7 @@ def _one(env: Env, remote: Remote, sync: Any, files: dict[str, str], serve_only:
     t = _follow(env, sync, sha, set(clusters), active_ip, since if serve_only else t_push)
     out: dict[str, Any] = {"kind": "serve-only" if serve_only else "cluster change",
                            "sha": sha[:7]}
+    t["sent"] = _sent_at(sync, t_push)
     for k, v in t.items():
         out[f"{k}_s"] = round(v - t_push, 2) if v else None
     if not t["converged"]:
@@ -230,6 +261,8 @@ def run(env: Env, runs: int) -> dict[str, Any]:
         for i in range(runs):
             wait_for(lambda: len(_clusters(env)) == 1, 180, interval=0.5,
                      what="the old cluster to be deleted")
+            wait_for(lambda: _heads_running(env) <= 1, 180, interval=0.2,
+                     what="the deleted cluster's Ray head to stop")
             samples.append(_one(env, remote, sync,
                                 _files(f"rayproject/ray:2.60.{i + 1}", f"v{i}"), False,
                                 f"upgrade {i + 1}"))
@@ -257,10 +290,11 @@ def summarize_samples(result: dict[str, Any]) -> dict[str, Any]:
 
 def table(r: dict[str, Any]) -> str:
     rows = ["| change | run | push -> converged | Ray: cluster ready + Serve RUNNING "
-            "| gitray overhead | push -> cluster created | Ray ready -> Serve deploy "
+            "| gitray overhead | push -> cluster created | push -> gitray logs 'config sent' "
+            "| Ray ready -> Serve deploy "
             "| of which: Ray ready -> KubeRay says ready | KubeRay ready -> Serve deploy "
             "| push -> Serve deploy (Serve-only) | Serve RUNNING -> converged |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(v: Any) -> str:
         return "-" if v is None else f"{v:.2f} s"
@@ -271,6 +305,7 @@ def table(r: dict[str, Any]) -> str:
             ray += f" ({f(s['cluster_ready_s'])} + {f(s.get('serve_s'))})"
         rows.append(f"| {s['kind']} | {i // 2 + 1} | {f(s.get('total_s'))} | {ray} "
                     f"| **{f(s.get('overhead_s'))}** | {f(s.get('push_to_create_s'))} "
+                    f"| {f(s.get('sent_s'))} "
                     f"| {f(s.get('ready_to_deploy_s'))} | {f(s.get('kuberay_lag_s'))} "
                     f"| {f(s.get('verdict_to_deploy_s'))} | {f(s.get('push_to_deploy_s'))} "
                     f"| {f(s.get('running_to_converged_s'))} |")

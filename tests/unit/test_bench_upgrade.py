@@ -1,8 +1,14 @@
-"""Benchmark 3's split of push -> converged into Ray's time and gitray's (pure)."""
+"""Benchmark 3's split of push -> converged into Ray's time and gitray's, and the daemon's
+"config sent" line read from its log (pure)."""
 
 from __future__ import annotations
 
-from bench.upgrade import derive
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+from bench.upgrade import _sent_at, derive
 
 
 def _cluster_change(**edges: float) -> dict[str, object]:
@@ -30,3 +36,22 @@ def test_a_deploy_accepted_before_the_runner_reported_ready_costs_nothing() -> N
                                  running=10.0, converged=10.5))
     assert out["ready_to_deploy_s"] == 0.0
     assert out["kuberay_lag_s"] == -2.0 and out["verdict_to_deploy_s"] == 1.0
+
+
+def test_the_daemons_config_sent_line_is_read_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "sync.log"
+    lines = [
+        {"time": "2026-12-02T06:21:08.375Z", "msg": "ns/RayService/up step 1/2 deploy-serve: "
+                                                    "Serve config sent to up-9d3d8"},
+        "not json",
+        {"time": "2026-12-02T06:21:19.223Z", "msg": "ns/RayService/up step 3/7 deploy-serve "
+                                                    "up-1e41d"},
+        {"time": "2026-12-02T06:21:19.392Z", "msg": "ns/RayService/up step 3/7 deploy-serve: "
+                                                    "Serve config sent to up-1e41d"},
+    ]
+    log.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    since = datetime(2026, 12, 2, 6, 21, 18, 900000, tzinfo=UTC).timestamp()
+    sent = _sent_at(SimpleNamespace(log=log), since)
+    assert sent == datetime(2026, 12, 2, 6, 21, 19, 392000, tzinfo=UTC).timestamp()
+    assert _sent_at(SimpleNamespace(log=log), since + 60) is None
+    assert _sent_at(SimpleNamespace(log=tmp_path / "missing.log"), since) is None
