@@ -107,8 +107,12 @@ def _runner_ready(env: Env, uid: str) -> bool:
 
 
 def _heads_running(env: Env) -> int:
-    """Ray heads the environment's runner has not stopped yet (its records)."""
-    return len(list((env.state_dir / "ray-heads").glob("*.json")))
+    """Ray heads of this benchmark's namespace the runner has not stopped yet (its records)."""
+    count = 0
+    for record in (env.state_dir / "ray-heads").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            count += json.loads(record.read_text()).get("namespace") == NS
+    return count
 
 
 def _sent_at(sync: Any, since: float) -> float | None:
