@@ -1,5 +1,5 @@
-"""Benchmark 3's split of push -> converged into Ray's time and gitray's, and the daemon's
-"config sent" line read from its log (pure)."""
+"""Benchmark helpers (pure): benchmark 3's split of push -> converged into Ray's time and
+gitray's, the daemon's "config sent" line read from its log, and `bench/run --only scale`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+from bench.common import expand_only
 from bench.upgrade import _sent_at, derive
 
 
@@ -55,3 +56,14 @@ def test_the_daemons_config_sent_line_is_read_from_its_log(tmp_path: Path) -> No
     assert sent == datetime(2026, 12, 2, 6, 21, 19, 392000, tzinfo=UTC).timestamp()
     assert _sent_at(SimpleNamespace(log=log), since + 60) is None
     assert _sent_at(SimpleNamespace(log=tmp_path / "missing.log"), since) is None
+
+
+def test_only_scale_means_plan_and_git_at_the_scale_issues_sizes() -> None:
+    profile: dict[str, object] = {"plan_sizes": [100], "git": [(1000, 500)]}
+    assert expand_only("scale", profile, full=True) == ["plan", "git"]
+    assert profile["plan_sizes"] == [1000, 5000, 10000] and profile["kubectl_max"] == 5000
+    assert profile["git"] == [(10000, 5000), (10000, 20000)]
+    quick: dict[str, object] = {"plan_sizes": [20]}
+    assert expand_only("git,scale", quick, full=False) == ["git", "plan"]
+    assert quick == {"plan_sizes": [20]}  # --quick/--tiny keep their small sizes
+    assert expand_only("plan, steady", {}, full=True) == ["plan", "steady"]
