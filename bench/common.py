@@ -49,6 +49,23 @@ NAMESPACES = [f"{BENCH_NS_PREFIX}{i:02d}" for i in range(10)]
 EXTRA_SERVICE_CIDR = "10.64.0.0/12"
 
 
+# `bench/run --only scale`: benchmarks 1 and 5 at the sizes of the scale issue
+SCALE: dict[str, Any] = {"plan_sizes": [1000, 5000, 10000], "plan_runs": 1, "kubectl_max": 5000,
+                         "git": [(10000, 5000), (10000, 20000)], "git_reps": 3}
+
+
+def expand_only(only: str, profile: dict[str, Any], full: bool) -> list[str]:
+    """The benchmarks ``--only`` names, ``scale`` expanded to plan + git; in a full run
+    ``scale`` also sets their sizes in ``profile`` (explicit size flags override them later)."""
+    wanted = [x.strip() for x in only.split(",") if x.strip()]
+    if "scale" not in wanted:
+        return wanted
+    if full:
+        profile.update(SCALE)
+    rest = [w for w in wanted if w != "scale"]
+    return rest + [b for b in ("plan", "git") if b not in rest]
+
+
 def say(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 

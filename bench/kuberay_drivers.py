@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 
 from bench.common import Env, Remote, SyncProc, start_sync
 from tests.manifests import dump, gitray_config
+from tests.testenv import procs
 from tests.testenv.helpers import TestEnv, get_text, http_json, wait_for
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "delete_namespace",
     "head_ip",
     "new_namespace",
+    "rayclusters",
+    "rayservice_converged",
     "serve_apps",
 ]
 
@@ -95,7 +100,19 @@ def delete_namespace(env: TestEnv, ns: str, timeout: float = 180) -> None:
                  what=f"pods of {ns} gone")
 
 
-def _rayclusters(env: TestEnv, ns: str) -> list[dict[str, Any]]:
+def rayservice_converged(obj: dict[str, Any]) -> bool:
+    """KubeRay says a RayService's last change is done: observed, Ready, no upgrade or
+    pending cluster."""
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+        return False  # not yet looked at the change
+    conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName")
+    return conds.get("Ready") == "True" and conds.get("UpgradeInProgress") != "True" \
+        and not pending
+
+
+def rayclusters(env: TestEnv, ns: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = env.custom.list_namespaced_custom_object(
         "ray.io", "v1", ns, "rayclusters")["items"]
     return items
@@ -129,12 +146,17 @@ def _wait_serving(env: TestEnv, ns: str, timeout: float) -> None:
 
 
 class KubeRay:
-    """KubeRay's RayService controller: the RayService is applied to the API server."""
+    """KubeRay's RayService controller: the RayService is applied to the API server.
+
+    ``operator_ours``: the environment was started by this benchmark, so its KubeRay operator
+    (one process for every namespace) may be killed and started again; on an environment
+    given with --state-dir it may serve others, and ``kill`` refuses."""
 
     name = "KubeRay"
 
-    def __init__(self, env: TestEnv, ns: str) -> None:
+    def __init__(self, env: TestEnv, ns: str, operator_ours: bool = False) -> None:
         self.env, self.ns = env, ns
+        self.operator_ours = operator_ours
 
     def _apply(self, doc: dict[str, Any]) -> None:
         self.env.kubectl("apply", "-n", self.ns, "-f", "-", stdin=json.dumps(doc))
@@ -156,14 +178,7 @@ class KubeRay:
         return time.time()
 
     def converged(self) -> bool:
-        obj = self.rayservice()
-        status = obj.get("status") or {}
-        if status.get("observedGeneration") != obj["metadata"].get("generation"):
-            return False  # not yet looked at the change
-        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
-        pending = (status.get("pendingServiceStatus") or {}).get("rayClusterName")
-        return conds.get("Ready") == "True" and conds.get("UpgradeInProgress") != "True" \
-            and not pending
+        return rayservice_converged(self.rayservice())
 
     def failure(self) -> str:
         status = self.rayservice().get("status") or {}
@@ -179,10 +194,34 @@ class KubeRay:
         return ""
 
     def kill(self) -> None:
-        raise NotImplementedError("the environment's KubeRay operator is not ours to kill")
+        """SIGKILL the operator process (by the PID the environment recorded)."""
+        if not self.operator_ours:
+            raise NotImplementedError("the environment's KubeRay operator is not ours to kill")
+        comp = self.env.state.components["kuberay-operator"]
+        pid = int(str(comp["pid"]))
+        started = int(str(comp["started"])) if comp.get("started") is not None else None
+        if not procs.alive(pid, started):
+            raise RuntimeError(f"kuberay-operator (pid {pid}) is not running")
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # reap it when this process started it
+            os.waitpid(pid, 0)
 
     def restart(self) -> None:
-        raise NotImplementedError
+        """Start the operator again with its recorded flags; wait until it is ready."""
+        state = self.env.state
+        comp = state.components["kuberay-operator"]
+        args = [str(a) for a in comp["args"]]  # type: ignore[attr-defined]
+        proc = procs.spawn(args, Path(str(comp["log"])), cwd=state.dir,
+                           env={**os.environ, "KUBECONFIG": state.kubeconfig})
+        comp["pid"], comp["started"] = proc.pid, procs.start_time(proc.pid)
+        state.save()
+        probe = next(a.split(":")[-1] for a in args if a.startswith("--health-probe-bind"))
+
+        def ready() -> bool | None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kuberay-operator exited ({proc.returncode}) on restart")
+            return bool(get_text(f"http://127.0.0.1:{probe}/readyz", timeout=1)) or None
+        wait_for(ready, 90, interval=0.5, what="kuberay-operator ready again")
 
     def close(self) -> None:
         pass
@@ -293,7 +332,7 @@ class Observer:
     def sample(self) -> Sample:
         now = time.time()
         live = set()
-        for rc in _rayclusters(self.env, self.ns):
+        for rc in rayclusters(self.env, self.ns):
             name = rc["metadata"]["name"]
             self.first_seen.setdefault(name, now)
             if rc["metadata"].get("deletionTimestamp"):

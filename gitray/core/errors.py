@@ -20,8 +20,10 @@
     │   ├── ConflictError       Kubernetes 409: compare-and-swap lost, or it already exists
     │   ├── LeaseBusyError      another process held the Lease longer than we would wait
     │   └── LeaseLostError      this process no longer holds the Lease; stop mutating
-    └── Interrupted             shutting down: stop between (or inside a wait of) steps; the
-                                run record stays "running" so the next leader resumes it
+    ├── Interrupted             shutting down: stop between (or inside a wait of) steps; the
+    │                           run record stays "running" so the next leader resumes it
+    └── Superseded              Git moved on while an upgrade waited: its run ends
+                                "cancelled" and the next pass plans the newer commit
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "SourceError",
     "StalePlanError",
     "StatusRejected",
+    "Superseded",
     "TerminalError",
     "TransientError",
     "UserError",
@@ -137,3 +140,10 @@ class LeaseLostError(TransientError):
 
 class Interrupted(GitrayError):
     """This process is shutting down; the interrupted run is resumed by the next leader."""
+
+
+class Superseded(GitrayError):
+    """A newer commit wants another spec for a workload whose upgrade is still waiting (for
+    its pending cluster or for Serve there), before any traffic moved: its run ends
+    ``cancelled``, nothing is cleaned up, and the next pass plans the newer commit against
+    what exists (SPEC §3: the pending cluster is abandoned; a revert cancels the upgrade)."""

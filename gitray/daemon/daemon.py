@@ -17,8 +17,11 @@ only, never the cluster), so that taking over costs a plan, not a cold load.
 
 A sync pass never prunes on an unreadable or invalid revision (nothing is applied at all), and
 a workload whose run failed at a revision is not retried at that revision (a later commit
-retries). SIGTERM interrupts the current step (a wait ends at once), leaves the run
-record "running" with its cursor at that step for the next leader, and releases the Lease.
+retries). A newer commit that wants another spec for a RayService whose upgrade is still
+waiting (before any traffic moved) ends that run (``gitray.daemon.newer``) and is synced at
+once: a revert cancels the upgrade instead of finishing it first. SIGTERM interrupts the
+current step (a wait ends at once), leaves the run record "running" with its cursor at that
+step for the next leader, and releases the Lease.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
+from gitray.daemon.newer import NewerCommit, Source
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.state import StateBox
@@ -109,6 +113,7 @@ class Daemon:
         self._lease_lock = threading.Lock()  # one election attempt at a time
         self._prepared_at: float | None = None  # when a standby last fetched and validated
         self._stopping = threading.Event()
+        self._poked = threading.Event()  # a webhook came in: a pass waiting looks at Git now
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.http = HttpEndpoints(
             (settings.http_host, settings.http_port),
@@ -181,6 +186,7 @@ class Daemon:
 
     def trigger_poll(self) -> None:
         """Poll now (webhook)."""
+        self._poked.set()
         job = self.scheduler.get_job("poll")
         if job is not None:
             job.modify(next_run_time=datetime.now(UTC))
@@ -418,7 +424,8 @@ class Daemon:
         if trigger in {"commit", "retry"}:
             changing = sum(1 for w in plan.workloads if w.steps)
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
-        executor = self.wiring.executor(desired.config, progress, self._reporter(sha))
+        executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
+                                        superseded=self._newer_commit(sha, snapshot))
         outcomes = executor.run_plan(plan, resume=resume)
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._report(sha, outcomes, desired, plan)
@@ -435,19 +442,35 @@ class Daemon:
                 self.post_status(sha, key, "failure", f"not applied: {reasons[0]}")
         return hold_back(plan, held), held
 
+    def _newer_commit(self, sha: str, snapshot: Snapshot) -> NewerCommit:
+        s = self.settings
+        self._poked.clear()
+        return NewerCommit(Source(s.repo, s.branch, s.cache_dir, s.overrides, s.allowed_signers),
+                           sha, snapshot, self._memo, s.interval_s, self._poked)
+
     def _report(self, sha: str, outcomes: list[WorkloadOutcome], desired: Desired,
                 plan: Plan) -> None:
         """Statuses and metrics for the outcomes of one pass."""
-        failed = [o for o in outcomes if o.outcome is not Outcome.SUCCEEDED]
+        superseded = [o for o in outcomes if o.outcome is Outcome.SUPERSEDED]
+        failed = [o for o in outcomes if o.outcome not in {Outcome.SUCCEEDED,
+                                                           Outcome.SUPERSEDED}]
         for o in outcomes:
             if o.outcome is Outcome.SUCCEEDED:
                 self.post_status(sha, o.key, "success", f"converged at {sha[:7]}")
+            elif o.outcome is Outcome.SUPERSEDED:
+                self.post_status(sha, o.key, "error", f"not finished: {o.reason}")
             else:
                 self.post_status(sha, o.key, "failure", o.reason or o.outcome.value)
         for outcome in Outcome:
             self.metrics.workloads.labels(outcome.value).set(
                 sum(1 for o in outcomes if o.outcome is outcome))
-        if failed:
+        if superseded:  # no verdict on this commit: the newer one is synced now
+            first = superseded[0]
+            log.info("%s: %s; syncing the newer commit", sha[:7], first.reason)
+            self.post_status(sha, None, "error",
+                             f"superseded: {first.key.kind} {first.key.name}: {first.reason}")
+            self.trigger_poll()
+        elif failed:
             self.post_status(sha, None, "failure",
                              f"{len(failed)} of {len(outcomes)} workload(s) failed: "
                              f"{failed[0].key.kind} {failed[0].key.name}: {failed[0].reason}")

@@ -134,6 +134,9 @@ def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, s
             target = event_target(step)
             if result == "ok" and step.type.mutates and target is not None:
                 events.record(event.key, target, event.detail)
+        elif event.phase == "superseded":
+            log.info("%s step %d/%d %s stopped: %s", event.key, event.index, event.total,
+                     step.type.value, event.detail)
         elif event.phase == "progress":
             log.debug("%s step %d/%d: %s", event.key, event.index, event.total, event.detail)
     return report

@@ -20,6 +20,11 @@ again (the weight held); once traffic moved, any failure — the limit reached, 
 failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity
 restored, the new cluster deleted (or kept, marked failed).
 
+A newer commit (``gitray sync`` asks ``superseded`` while a RayService upgrade waits, before
+any traffic moved): the run ends ``cancelled`` where it stands — no clean-up, the next pass
+plans the newer commit against what exists (SPEC §3: abandon the pending cluster, or cancel the
+upgrade on a revert) — and the waves after it are skipped.
+
 Waves run in order; within a wave supporting objects go first, then Ray workloads run in
 parallel up to ``maxParallel``. A failed wave stops the waves after it.
 """
@@ -37,6 +42,7 @@ from gitray.core.errors import (
     Aborted,
     AnalysisFailed,
     LeaseLostError,
+    Superseded,
     TerminalError,
     TransientError,
 )
@@ -65,17 +71,21 @@ from gitray.engine.upgradecontrol import (
 )
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 
-__all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "WorkloadOutcome"]
+__all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "WorkloadOutcome"]
 
 RETRY_BUDGET_S = 120.0  # transient errors of one step are retried for this long (pauses)
 RETRY_FIRST_S, RETRY_CAP_S = 0.5, 10.0  # doubling, each pause jittered by ±50 %
-_SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE}
+# steps after which traffic has moved (Services switched or created, HTTPRoute weights shifted)
+_SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE, StepType.SHIFT_TRAFFIC}
+# the waits a newer commit may end (checked on each of their progress reports)
+_SUPERSEDABLE = {StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING}
 
 
 class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
+    SUPERSEDED = "superseded"  # a newer commit wants another spec: stopped, not failed
 
 
 @dataclass(frozen=True)
@@ -86,11 +96,15 @@ class StepEvent:
     index: int  # 1-based
     total: int
     step: Step
-    phase: str  # "start" | "progress" | "done" | "failed" (and "resume" from gitray apply)
+    phase: str  # "start" | "progress" | "done" | "failed" | "superseded" (and "resume" from
+    #             gitray apply)
     detail: str = ""  # for "start": "" or, for a resumed step, how much of its timeout is left
 
 
 Reporter = Callable[[StepEvent], None]
+# (workload, the desired-spec hash its run was planned for) -> why a newer commit supersedes
+# that run, or None
+SupersedeCheck = Callable[[ObjectKey, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -116,13 +130,15 @@ class _Run:
 class Executor:
     def __init__(self, actions: Actions, fence: Fence, config: Config,
                  progress: ProgressStore | None = None, reporter: Reporter | None = None,
-                 signals: SignalStore | None = None) -> None:
+                 signals: SignalStore | None = None,
+                 superseded: SupersedeCheck | None = None) -> None:
         self.actions = actions
         self.fence = fence
         self.config = config
         self.progress = progress
         self.reporter = reporter or (lambda _event: None)
         self.signals = signals
+        self.superseded = superseded
         self._lock = threading.Lock()
 
     # ---- plan level ---------------------------------------------------------------------
@@ -133,12 +149,11 @@ class Executor:
         outcomes: list[WorkloadOutcome] = []
         waves = sorted({w.wave for w in plan.workloads if w.steps})
         records = resume or {}
-        failed_wave: int | None = None
+        stopped = ""  # why the waves left are skipped
         for wave in waves:
             members = [w for w in plan.workloads if w.wave == wave and w.steps]
-            if failed_wave is not None:
-                outcomes += [WorkloadOutcome(w.key, Outcome.SKIPPED,
-                                             f"wave {failed_wave} failed", 0, len(w.steps))
+            if stopped:
+                outcomes += [WorkloadOutcome(w.key, Outcome.SKIPPED, stopped, 0, len(w.steps))
                              for w in members]
                 continue
             supporting = [w for w in members if w.key.kind not in {k.value for k in Kind}]
@@ -150,7 +165,9 @@ class Executor:
                     lambda wp: self.run_workload(wp, plan.revision, records.get(wp.key)),
                     ray))
             if any(o.outcome is Outcome.FAILED for o in outcomes):
-                failed_wave = wave
+                stopped = f"wave {wave} failed"
+            elif any(o.outcome is Outcome.SUPERSEDED for o in outcomes):
+                stopped = f"wave {wave} was superseded by a newer commit"
         return outcomes
 
     # ---- workload level -----------------------------------------------------------------
@@ -194,6 +211,14 @@ class Executor:
                 if record is not None and self.progress is not None:
                     self.progress.finish(record, RunState.FAILED, reason)
                 return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
+                                       tuple(messages))
+            except Superseded as e:
+                reason = f"step {index + 1}/{total} {step.type.value} stopped: {e}"
+                self._emit(StepEvent(wp.key, index + 1, total, step, "superseded", str(e)))
+                record = self._record(run.record, step, StepStatus.SKIPPED, str(e), started)
+                if record is not None and self.progress is not None:
+                    self.progress.finish(record, RunState.CANCELLED, reason)
+                return WorkloadOutcome(wp.key, Outcome.SUPERSEDED, reason, index, total,
                                        tuple(messages))
             record = run.record
             messages.append(message)
@@ -269,6 +294,13 @@ class Executor:
                 and step.type not in HOLDS:
             raise TerminalError(budget.expired(step))
         total = len(wp.steps)
+        check = self._supersede_check(wp, index, step)
+
+        def report(detail: str) -> None:
+            self._emit(StepEvent(wp.key, index + 1, total, step, "progress", detail))
+            if check is not None and (why := check(wp.key, wp.desired_hash)):
+                raise Superseded(why)
+
         pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
         spent = 0.0
         clock = self.actions.clock
@@ -277,11 +309,9 @@ class Executor:
             if step.type.mutates:
                 self.fence.ensure_held()
             try:
-                return self.actions.run(
-                    wp.key.namespace, step,
-                    lambda detail: self._emit(StepEvent(wp.key, index + 1, total, step,
-                                                        "progress", detail)),
-                    spent=carried + clock.monotonic() - began, steering=steering)
+                return self.actions.run(wp.key.namespace, step, report,
+                                        spent=carried + clock.monotonic() - began,
+                                        steering=steering)
             except LeaseLostError:
                 raise
             except TransientError as e:
@@ -328,6 +358,17 @@ class Executor:
             return f"could not mark {cluster} failed: {e}"
         return ""
 
+    def _supersede_check(self, wp: WorkloadPlan, index: int, step: Step
+                         ) -> SupersedeCheck | None:
+        """The check for a newer commit, where one may end the run: a RayService's wait
+        before any traffic moved (after a switch, the run finishes and the next plan goes on
+        from there, e.g. an instant rollback)."""
+        if (self.superseded is None or wp.key.kind != Kind.RAY_SERVICE.value
+                or not wp.desired_hash or step.type not in _SUPERSEDABLE
+                or _traffic_moved(wp, index)):
+            return None
+        return self.superseded
+
     def _clean_up_failure(self, wp: WorkloadPlan, failed_at: int) -> str:
         """A RayService upgrade failed: an incremental one that moved traffic is rolled back;
         one that failed before traffic moved has its new cluster removed (or marked)."""
@@ -336,7 +377,7 @@ class Executor:
         rolled_back = self._roll_back(wp, failed_at)
         if rolled_back is not None:
             return rolled_back
-        if any(s.type in _SWITCHING for s in wp.steps[:failed_at]):
+        if _traffic_moved(wp, failed_at):
             return ""  # traffic already moved: leave everything for the next plan to settle
         new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]
         if not new:
@@ -353,6 +394,11 @@ class Executor:
             return f"deleted failed pending cluster {cluster}"
         except (TransientError, TerminalError) as e:
             return f"could not clean up {cluster}: {e}"
+
+
+def _traffic_moved(wp: WorkloadPlan, index: int) -> bool:
+    """Whether a step before ``index`` created or switched a Service (traffic may have moved)."""
+    return any(s.type in _SWITCHING for s in wp.steps[:index])
 
 
 def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:

@@ -23,7 +23,7 @@ from gitray.core.config import Config, DashboardMode
 from gitray.core.errors import Interrupted
 from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
-from gitray.engine.executor import Executor, Reporter
+from gitray.engine.executor import Executor, Reporter, SupersedeCheck
 from gitray.engine.progress import ProgressStore
 from gitray.engine.signals import SignalStore
 from gitray.k8s.client import Kube
@@ -91,8 +91,8 @@ class Wiring:
         return ProgressStore(self.kube, self.settings.lease_namespace, config.instance,
                              self.lease)
 
-    def executor(self, config: Config, progress: ProgressStore,
-                 reporter: Reporter) -> Executor:
+    def executor(self, config: Config, progress: ProgressStore, reporter: Reporter,
+                 superseded: SupersedeCheck | None = None) -> Executor:
         return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
                         config, progress, reporter,
-                        SignalStore(self.kube, self.settings.lease_namespace))
+                        SignalStore(self.kube, self.settings.lease_namespace), superseded)

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -100,6 +101,61 @@ def _message(e: ApiException) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _timeout_for_this_thread(local: threading.local, seconds: float) -> Iterator[None]:
+    """``local.timeout`` is ``seconds`` inside the block, then what it was."""
+    was = getattr(local, "timeout", None)
+    local.timeout = seconds
+    try:
+        yield
+    finally:
+        local.timeout = was
+
+
+class _DiscoveryTimeout:
+    """The dynamic client's discovery requests carry no timeout (an API server that accepts
+    connections and never answers would hang gitray for ever): inside :meth:`bounded`, a
+    request made by this thread without a timeout of its own gets one. Installed once per
+    ApiClient, in front of its REST client's ``request``."""
+
+    def __init__(self, request: Callable[..., Any]) -> None:
+        self._request = request
+        self._local = threading.local()
+
+    @classmethod
+    def on(cls, api_client: k8s_client.ApiClient) -> _DiscoveryTimeout:
+        rest = api_client.rest_client
+        if not isinstance(rest.request, cls):
+            rest.request = cls(rest.request)  # type: ignore[method-assign]
+        installed: _DiscoveryTimeout = rest.request
+        return installed
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        default = getattr(self._local, "timeout", None)
+        if default is not None and kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = default
+        return self._request(*args, **kwargs)
+
+    def bounded(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        return _timeout_for_this_thread(self._local, seconds)
+
+
+def _why(e: BaseException) -> str:
+    """What went wrong on the connection, in a few words (for 'API server unreachable (...)')."""
+    cause = e.reason if isinstance(e, urllib3.exceptions.MaxRetryError) else e
+    # NewConnectionError is a ConnectTimeoutError in urllib3: ask first
+    if isinstance(cause, urllib3.exceptions.NewConnectionError | ConnectionError):
+        errno = re.search(r"\[Errno -?\d+\] [^'\")\]]+", str(cause))
+        return f"cannot connect: {errno.group(0)}" if errno else "cannot connect"
+    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
+        return "no answer within the request timeout"
+    if isinstance(cause, urllib3.exceptions.SSLError):
+        return "TLS handshake failed"
+    if isinstance(cause, urllib3.exceptions.ProtocolError):
+        return "the connection was dropped"
+    return type(cause).__name__ if cause is not None else type(e).__name__
+
+
 def _map(e: ApiException, what: str) -> Exception:
     status = e.status or 0
     text = f"{what}: {_message(e)}"
@@ -143,6 +199,8 @@ class Kube:
         self.requests = 0  # API requests made (for logs, metrics and benchmarks)
         self._watches: set[watch.Watch] = set()  # open watches, guarded by _lock
         self._watches_closed = False
+        self._local = threading.local()  # this thread's request timeout, when bounded
+        self._discovery = _DiscoveryTimeout.on(api_client)
 
     @classmethod
     def connect(cls, settings: KubeSettings | None = None) -> Kube:
@@ -172,26 +230,34 @@ class Kube:
         except ApiException as e:
             raise _map(e, what) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise TransientError(f"{what}: API server unreachable ({type(e).__name__})") from e
+            raise TransientError(f"{what}: API server unreachable ({_why(e)})") from e
 
     def _client(self) -> dynamic.DynamicClient:
         with self._lock:
             if self._dynamic is None:
-                self._dynamic = self._call(
-                    "discovering API resources", lambda: dynamic.DynamicClient(self.api_client))
+                # (inside resource()'s discovery bound: discovery requests time out too)
+                self._dynamic = self._call("discovering API resources",
+                                           lambda: dynamic.DynamicClient(self.api_client))
             return self._dynamic
 
     def resource(self, api_version: str, kind: str) -> Any:
         try:
-            return self._call(f"looking up {kind}",
-                              lambda: self._client().resources.get(api_version=api_version,
-                                                                   kind=kind))
+            with self._discovery.bounded(self.timeout):  # a kind not cached is discovered
+                return self._call(f"looking up {kind}",
+                                  lambda: self._client().resources.get(
+                                      api_version=api_version, kind=kind))
         except ResourceNotFoundError as e:
             raise NotFoundError(f"the API server has no kind {kind} ({api_version})") from e
 
     @property
     def timeout(self) -> float:
-        return self.settings.request_timeout_s
+        bounded: float | None = getattr(self._local, "timeout", None)
+        return bounded if bounded is not None else self.settings.request_timeout_s
+
+    def requests_within(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Requests this thread makes inside the block time out after ``seconds`` instead of
+        the configured request timeout (a Lease renew gets what is left of its deadline)."""
+        return _timeout_for_this_thread(self._local, seconds)
 
     # ---- verbs ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ renewing threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -51,6 +52,7 @@ from gitray.k8s.election import (
 __all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
 
 _KIND = "Lease"
+RENEW_ERROR_MARGIN_S = 0.5
 LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
 _RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
@@ -315,32 +317,46 @@ class Lease:
             self._step_down("the renew deadline passed")
         with self._lock:
             renewing, term, epoch, uid = self._leader, self._term, self._epoch, self._uid
+            # a renew's requests may take what is left of the renew deadline (client-go's
+            # renew runs under a context of that deadline): a slow API server is not taken
+            # for an unreachable one while the deadline still holds. They end a little
+            # before it, so a step-down can say why the last renew failed; never sooner
+            # than the client's own request timeout (short deadlines keep what they had).
+            left = self._last_renew + s.renew_deadline_s - t0 - RENEW_ERROR_MARGIN_S
         if renew_only and not renewing:
             return False
+        bounded = (self._kube.requests_within(max(left, self._kube.settings.request_timeout_s))
+                   if renewing else contextlib.nullcontext())
         try:
-            live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
-            if live is None:
-                if renewing:
-                    self._step_down("it was deleted")
-                if renew_only:
-                    return False
-                return self._create(t0)
-            record = LeaseRecord.from_spec(live.get("spec"))
-            with self._lock:
-                self._observed.see(record, t0)
-            if renewing:
-                problem = lost_because(live, self._settings.identity, epoch, uid)
-                if problem:
-                    self._step_down(problem)
-                    return False
-            elif renew_only or not self._observed.claimable(s.identity, t0):
-                return False
-            new = next_record(record, s.identity, renewing=renewing,
-                              duration_s=s.lease_duration_s, now_wall=_wall_now())
-            written = self._kube.replace(lease_body(live, new))
+            with bounded:
+                return self._read_and_write(t0, renewing, renew_only, term, epoch, uid)
         except TransientError as e:  # includes a lost compare-and-swap (ConflictError)
             self._last_error = str(e)
             return False
+
+    def _read_and_write(self, t0: float, renewing: bool, renew_only: bool, term: int,
+                        epoch: int | None, uid: str) -> bool:
+        s = self._settings
+        live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
+        if live is None:
+            if renewing:
+                self._step_down("it was deleted")
+            if renew_only:
+                return False
+            return self._create(t0)
+        record = LeaseRecord.from_spec(live.get("spec"))
+        with self._lock:
+            self._observed.see(record, t0)
+        if renewing:
+            problem = lost_because(live, self._settings.identity, epoch, uid)
+            if problem:
+                self._step_down(problem)
+                return False
+        elif renew_only or not self._observed.claimable(s.identity, t0):
+            return False
+        new = next_record(record, s.identity, renewing=renewing,
+                          duration_s=s.lease_duration_s, now_wall=_wall_now())
+        written = self._kube.replace(lease_body(live, new))
         return self._won(written, t0, renewing, term)
 
     def _create(self, t0: float) -> bool:

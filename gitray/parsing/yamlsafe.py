@@ -15,6 +15,12 @@ enforced:
 
 Every mapping entry and sequence item gets a ``SourceLocation``, keyed by its path from the
 document root, so later checks (JSON Schema, gitray's rules) can point at the exact line.
+
+Recording them is most of the cost of reading a file, and they are shown only when something is
+wrong. So a file is read first by ``yamlfast`` (values only, the same limits and rules, giving up
+on anything this walk would report); this walk reads it only when that gives up, or later, when
+a document's ``locations`` or ``literals`` are first asked for (then the whole file once). The
+values, problems and positions are the same either way (tests/unit/test_yaml_fast.py).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from ruamel.yaml.reader import ReaderError
 
 from gitray.core.model import Diagnostic, SourceLocation
 from gitray.parsing.text import JsonPath
+from gitray.parsing.yamlfast import fast_documents
 from gitray.parsing.yamlscalars import CORE, resolve_scalar, tag_text, unsupported_tag
 
 __all__ = [
@@ -72,17 +79,52 @@ class YamlDocument:
 
     value: Any
     start: SourceLocation
-    locations: Mapping[JsonPath, SourceLocation] = field(repr=False)
-    # literal block scalars (``key: |``): path -> (file line of the text's first line, indent)
-    literals: Mapping[JsonPath, tuple[int, int]] = field(repr=False, default_factory=dict)
+    positions: _Positions = field(repr=False, compare=False)
+    index: int = field(repr=False, compare=False, default=0)  # of the file's documents
+
+    @property
+    def locations(self) -> Mapping[JsonPath, SourceLocation]:
+        return self.positions.of(self.index)[0]
+
+    @property
+    def literals(self) -> Mapping[JsonPath, tuple[int, int]]:
+        """Literal block scalars (``key: |``): path -> (file line of the text's first line,
+        its indentation)."""
+        return self.positions.of(self.index)[1]
 
     def locate(self, path: JsonPath) -> SourceLocation:
         """The location of ``path``, or of its nearest ancestor that has one."""
+        locations = self.locations
         for end in range(len(path), -1, -1):
-            location = self.locations.get(tuple(path[:end]))
+            location = locations.get(tuple(path[:end]))
             if location is not None:
                 return location
         return self.start
+
+
+_Recorded = tuple[dict[JsonPath, SourceLocation], dict[JsonPath, tuple[int, int]]]
+
+
+class _Positions:
+    """The recorded positions of a file's documents; for a file the fast path read, recorded
+    by reading it again with the walk when first asked for (the text is kept until then)."""
+
+    def __init__(self, text: str, path: str, recorded: list[_Recorded] | None = None) -> None:
+        self._text: str | None = None if recorded is not None else text
+        self._path = path
+        self._recorded = recorded
+
+    def of(self, index: int) -> _Recorded:
+        if self._recorded is None:
+            assert self._text is not None
+            builder = _Builder(self._text, self._path, NodeBudget(MAX_NODES))
+            for event in _events(self._text):
+                builder.feed(event)
+            # the fast path read this file without a problem, so the walk finds none either
+            assert not builder.diagnostics, builder.diagnostics
+            self._recorded = builder.recorded
+            self._text = None
+        return self._recorded[index]
 
 
 class _Stop(Exception):
@@ -106,7 +148,11 @@ def parse_documents(
     text: str, path: str, budget: NodeBudget | None = None
 ) -> tuple[list[YamlDocument], list[Diagnostic]]:
     """Every non-empty document of ``text``; on a fatal problem, the ones before it."""
-    builder = _Builder(text, path, budget or NodeBudget(MAX_NODES))
+    budget = budget or NodeBudget(MAX_NODES)
+    fast = _fast(text, path, budget)
+    if fast is not None:
+        return fast, []
+    builder = _Builder(text, path, budget)
     try:
         for event in _events(text):
             builder.feed(event)
@@ -131,7 +177,32 @@ def parse_documents(
     except (YAMLError, UnicodeError) as err:  # anything else: still one line, no traceback
         first = str(err).strip().splitlines()[0] if str(err).strip() else "invalid YAML"
         builder.diagnostics.append(Diagnostic(SourceLocation(path), f"YAML error: {first}"))
-    return builder.documents, builder.diagnostics
+    positions = _Positions(text, path, builder.recorded)
+    documents = [YamlDocument(value, start, positions, index)
+                 for index, (value, start) in enumerate(builder.documents)]
+    return documents, builder.diagnostics
+
+
+def _fast(text: str, path: str, budget: NodeBudget) -> list[YamlDocument] | None:
+    """The documents of ``text`` read without positions, or None: the walk must read it."""
+    if _CParser is None:  # pragma: no cover - depends on the installation
+        events = iter(YAML(typ="safe", pure=True).parse(text))
+        found = fast_documents(lambda: next(events, None), min(MAX_NODES, budget.left),
+                               MAX_DEPTH, MAX_ALIAS_NODES)
+    else:
+        parser = _CParser(text)
+        try:
+            found = fast_documents(parser.get_event, min(MAX_NODES, budget.left), MAX_DEPTH,
+                                   MAX_ALIAS_NODES)
+        finally:
+            parser.dispose()
+    if found is None:
+        return None
+    values, nodes = found
+    budget.left -= nodes
+    positions = _Positions(text, path)
+    return [YamlDocument(value, SourceLocation(path, line + 1, column + 1), positions, index)
+            for index, (value, line, column) in enumerate(values)]
 
 
 def _events(text: str) -> Iterator[Event]:
@@ -186,7 +257,8 @@ class _Builder:
         self.path = path
         self.budget = budget
         self.file_nodes = 0
-        self.documents: list[YamlDocument] = []
+        self.documents: list[tuple[Any, SourceLocation]] = []  # value, where its root starts
+        self.recorded: list[_Recorded] = []  # the locations and literals of each
         self.diagnostics: list[Diagnostic] = []
         self.alias_nodes = 0
         self._line_starts: list[int] | None = None
@@ -223,9 +295,8 @@ class _Builder:
             self.root_location = _loc(self.path, event.start_mark)
         elif isinstance(event, DocumentEndEvent):
             if self.root is not None:
-                self.documents.append(
-                    YamlDocument(self.root, self.root_location, self.locations, self.literals)
-                )
+                self.documents.append((self.root, self.root_location))
+                self.recorded.append((self.locations, self.literals))
         elif isinstance(event, ScalarEvent):
             self._scalar(event)
         elif isinstance(event, AliasEvent):

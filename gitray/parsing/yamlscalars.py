@@ -26,6 +26,9 @@ _NAN = re.compile(r"^\.(nan|NaN|NAN)$")
 _MAX_INT_DIGITS = 64
 _STRING_TAGS = {CORE + "str", CORE + "timestamp", CORE + "binary"}
 _TYPED = {"int": int, "float": float, "bool": bool, "null": type(None)}
+# the first characters of the null, boolean and number patterns above: most plain scalars
+# (names, paths, images) start otherwise and are strings without trying each pattern
+_TYPED_START = frozenset("0123456789+-.~nNtTfF\n")  # "\n": `$` also matches before a final "\n"
 
 
 def tag_text(tag: object) -> str | None:
@@ -66,6 +69,8 @@ def resolve_scalar(text: str, tag: str | None, plain: bool) -> tuple[Any, str | 
 
 
 def _implicit(text: str) -> tuple[Any, str | None]:
+    if text and text[0] not in _TYPED_START:
+        return text, None
     if _NULL.match(text):
         return None, None
     if text in _BOOL:

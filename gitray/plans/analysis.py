@@ -235,20 +235,23 @@ def analysis_diagnostics(document: YamlDocument, incremental: bool,
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     if not isinstance(annotations, dict) or ANN_ANALYSIS not in annotations:
         return []
-    key = document.locate(ANALYSIS_PATH)
     label = f"metadata.annotations.{ANN_ANALYSIS}"
     text = annotations[ANN_ANALYSIS]
     if not incremental:
-        return [Diagnostic(key, f"{label} only applies to upgradeStrategy.type "
+        return [Diagnostic(document.locate(ANALYSIS_PATH),
+                           f"{label} only applies to upgradeStrategy.type "
                            "NewClusterWithIncrementalUpgrade (it checks the new cluster while "
                            "traffic moves to it step by step); remove it or set that type")]
     if not isinstance(text, str):
-        return [Diagnostic(key, f"{label} must be a string holding YAML; write it as a block: "
+        return [Diagnostic(document.locate(ANALYSIS_PATH),
+                           f"{label} must be a string holding YAML; write it as a block: "
                            f"'{ANN_ANALYSIS}: |'")]
     analysis, problems, inner = parse_analysis(text)
-    literal = document.literals.get(ANALYSIS_PATH)
 
     def at(path: JsonPath | SourceLocation | None) -> SourceLocation:
+        # located only when reported: positions cost a second reading of the file
+        key = document.locate(ANALYSIS_PATH)
+        literal = document.literals.get(ANALYSIS_PATH)
         if path is None or literal is None:
             return key
         if isinstance(path, SourceLocation):

@@ -15,6 +15,7 @@ from typing import Any
 
 from gitray.core.config import CLUSTER_SCOPED_KINDS, Config
 from gitray.core.model import ANN_WAVE, API_VERSION_RAY, Diagnostic, Kind
+from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlsafe import YamlDocument
 from gitray.plans.rules import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, MAX_RAY_NAME
 
@@ -49,7 +50,6 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
     if len(diagnostics) > problems:
         return None
     assert isinstance(kind, str)
-    where = document.locate(("kind",))
     if kind in _RAY_KINDS:
         if api_version != API_VERSION_RAY:
             diagnostics.append(
@@ -83,7 +83,7 @@ def check_kind(document: YamlDocument, config: Config, diagnostics: list[Diagnos
             f"RayCronJob or a supporting kind ({listed}); add it to supportingKinds in "
             "gitray.yaml or exclude this file"
         )
-    diagnostics.append(Diagnostic(where, message))
+    diagnostics.append(Diagnostic(document.locate(("kind",)), message))
     return None
 
 
@@ -127,17 +127,16 @@ def _name(
     document: YamlDocument, kind: str, meta: dict[str, Any], diagnostics: list[Diagnostic]
 ) -> str | None:
     name = meta.get("name")
-    where = document.locate(("metadata", "name")) if "name" in meta else document.locate(
-        ("metadata",)
-    )
+    # located only when reported: positions cost a second reading of the file
+    where: JsonPath = ("metadata", "name") if "name" in meta else ("metadata",)
     if not isinstance(name, str) or not name:
-        diagnostics.append(Diagnostic(where, "missing metadata.name"))
+        diagnostics.append(Diagnostic(document.locate(where), "missing metadata.name"))
         return None
     if kind in _RAY_KINDS:
         if len(name) > MAX_RAY_NAME:
             diagnostics.append(
                 Diagnostic(
-                    where,
+                    document.locate(where),
                     f"{kind} name {name!r} is {len(name)} characters; gitray allows at most "
                     f"{MAX_RAY_NAME} so the names it derives (<name>-<hash>-serve-svc) fit "
                     "Kubernetes' 63",
@@ -147,7 +146,7 @@ def _name(
         if not DNS1035_LABEL.match(name):
             diagnostics.append(
                 Diagnostic(
-                    where,
+                    document.locate(where),
                     f"metadata.name {name!r} is not a valid {kind} name: lowercase letters, "
                     "digits and '-', starting with a letter (DNS-1035 label)",
                 )
@@ -156,7 +155,7 @@ def _name(
     elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
         diagnostics.append(
             Diagnostic(
-                where,
+                document.locate(where),
                 f"metadata.name {name!r} is not a valid name: lowercase letters, digits, '-' "
                 "and '.', at most 253 characters (DNS-1123 subdomain)",
             )
@@ -170,13 +169,13 @@ def _namespace(
 ) -> str | None:
     if "namespace" in meta:
         namespace = meta["namespace"]
-        where = document.locate(("metadata", "namespace"))
+        where: JsonPath = ("metadata", "namespace")
         if not isinstance(namespace, str) or not DNS1123_LABEL.match(namespace) or len(
             namespace
         ) > 63:
             diagnostics.append(
                 Diagnostic(
-                    where,
+                    document.locate(where),
                     f"metadata.namespace {namespace!r} is not a valid namespace name: "
                     "lowercase letters, digits and '-', at most 63 characters",
                 )
@@ -185,13 +184,13 @@ def _namespace(
         origin = ""
     else:
         namespace = config.default_namespace
-        where = document.locate(("metadata",))
+        where = ("metadata",)
         origin = " (from defaultNamespace)"
     if not config.allows(namespace):
         allowed = ", ".join(config.allowed_namespaces)
         diagnostics.append(
             Diagnostic(
-                where,
+                document.locate(where),
                 f"namespace {namespace!r}{origin} is not in allowedNamespaces ({allowed}) of "
                 "gitray.yaml",
             )

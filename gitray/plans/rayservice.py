@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from gitray.core.config import Config
 from gitray.core.errors import ValidationError
@@ -51,7 +52,19 @@ from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
 from gitray.plans.rscontext import Ctx, RayServiceLive, read_rayservice_live
 from gitray.plans.steps import StepList, delete_params, live_wave
 
-__all__ = ["RayServiceLive", "plan_rayservice", "read_rayservice_live"]
+__all__ = ["RayServiceLive", "desired_hash", "plan_rayservice", "read_rayservice_live"]
+
+
+def desired_hash(spec: Mapping[str, Any]) -> str:
+    """What a RayService's run is planned for (``WorkloadPlan.desired_hash``): its cluster
+    spec and its Serve config. A run resumes, and is superseded, by this."""
+    cluster_config = dict(spec.get("rayClusterConfig") or {})
+    serve = parse_serve_config(str(spec.get("serveConfigV2") or ""))
+    return _desired_hash(cluster_config, serve_config_hash(serve))
+
+
+def _desired_hash(cluster_config: dict[str, Any], serve_hash: str) -> str:
+    return f"{cluster_hash(cluster_config)[:16]}.{serve_hash}"
 
 
 def plan_rayservice(
@@ -72,7 +85,7 @@ def plan_rayservice(
     serve = parse_serve_config(str(workload.spec.get("serveConfigV2") or ""))
     serve_hash = serve_config_hash(serve)
     target = service_cluster_name(key.name, cluster_config)
-    desired_hash = f"{cluster_hash(cluster_config)[:16]}.{serve_hash}"
+    desired_hash = _desired_hash(cluster_config, serve_hash)
     running = live.clusters[live.active] if live.active is not None else None
 
     if running is None:

@@ -109,10 +109,10 @@ def _analysis(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
 
 def _serve_config(document: YamlDocument, text: str,
                   warnings: list[Diagnostic] | None) -> list[Diagnostic]:
-    key = document.locate(_SERVE)
-    literal = document.literals.get(_SERVE)
-
     def at(inner: SourceLocation | None, message: str) -> Diagnostic:
+        # located only when reported: positions cost a second reading of the file
+        key = document.locate(_SERVE)
+        literal = document.literals.get(_SERVE)
         if inner is None:
             return Diagnostic(key, f"spec.serveConfigV2: {message}")
         if literal is not None:
@@ -121,7 +121,7 @@ def _serve_config(document: YamlDocument, text: str,
             return Diagnostic(where, f"spec.serveConfigV2: {message}")
         return Diagnostic(key, f"spec.serveConfigV2 (its line {inner.line}): {message}")
 
-    inner_docs, problems = parse_documents(text, key.path)
+    inner_docs, problems = parse_documents(text, document.start.path)
     if problems:
         return [at(p.location, p.message) for p in problems]
     if not inner_docs:

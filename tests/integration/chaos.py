@@ -180,7 +180,10 @@ def start_replica(kubeconfig: str, lease_namespace: str, remote: Path | str, wor
             "--http-address", f"127.0.0.1:{port}", "--kubeconfig", kubeconfig,
             "--lease-namespace", lease_namespace,
             "--cache-dir", str(workdir / f"cache-{name}"),
-            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
+            # shorter than client-go's 15/10/2 s so take-overs are quick, but a renew deadline
+            # that outlasts the multi-second stalls of a loaded 2-core machine (with 3 s, a
+            # replica that had just taken the Lease lost it again in CI at a load of 11)
+            "--lease-duration", "8", "--renew-deadline", "6", "--retry-period", "1",
             "--log-format", "json", *extra]
     with log.open("w") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, text=True,

@@ -7,6 +7,7 @@ client-go's 15 s / 10 s / 2 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -52,8 +53,10 @@ class Electors:
         self.made: dict[int, tuple[Lease, Kube]] = {}
 
     def __call__(self, identity: str, *, name: str = "gitray",
-                 clock: Callable[[], float] = time.monotonic, short: bool = False) -> Lease:
-        kube = Kube.connect(KubeSettings(kubeconfig=self.kubeconfig, request_timeout_s=5))
+                 clock: Callable[[], float] = time.monotonic, short: bool = False,
+                 request_timeout_s: float = 5) -> Lease:
+        kube = Kube.connect(KubeSettings(kubeconfig=self.kubeconfig,
+                                         request_timeout_s=request_timeout_s))
         if short:
             settings = LeaseSettings(namespace=self.namespace, name=name, identity=identity,
                                      lease_duration_s=LEASE_S, renew_deadline_s=RENEW_S,
@@ -267,6 +270,89 @@ def test_a_leader_whose_renewals_hang_steps_down_within_the_renew_deadline(
         a.ensure_held()
     # b takes over once a's last renewal is a lease duration old
     assert b.acquire(timeout_s=10) == 1
+
+
+class SlowLink:
+    """A TCP forwarder on loopback to the real API server that holds each request a client
+    sends for `delay` seconds while `slow` is set: an API server that answers, late (TLS passes
+    through untouched)."""
+
+    def __init__(self, upstream: tuple[str, int], delay: float) -> None:
+        self.upstream, self.delay = upstream, delay
+        self.slow = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, held: bool) -> None:
+        last = 0.0
+        try:
+            while chunk := src.recv(65536):
+                # a request's first chunk is held (the rest of it, and a TLS handshake's
+                # later flights, follow within milliseconds and are not held again)
+                if held and self.slow.is_set() and time.monotonic() - last > 0.2:
+                    time.sleep(self.delay)
+                dst.sendall(chunk)
+                last = time.monotonic()
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed = True
+        self.server.close()
+
+
+def test_a_slow_api_server_is_given_the_renew_deadline_not_the_request_timeout(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    """Each request of a renew may take what is left of the renew deadline (client-go's renew
+    runs under a context of that deadline): with every request answered 1.5 s late, past this
+    client's 1 s request timeout, the leader keeps the Lease through a 12 s slow spell (beyond
+    the 10 s renew deadline), and steps down when the API server stops answering at all."""
+    a = electors("a", request_timeout_s=1)
+    kube = electors.kube(a)
+    host = kube.api_client.configuration.host.removeprefix("https://")
+    link = SlowLink((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])), delay=1.5)
+    kube.api_client.configuration.host = f"https://127.0.0.1:{link.port}"
+    lost: list[str] = []
+    try:
+        assert a.acquire(timeout_s=5) == 0
+        a.start_renewing(on_lost=lost.append)
+        link.slow.set()
+        time.sleep(0.5)  # the connection acquire used is quiet again: its next request is held
+        with pytest.raises(Exception, match="no answer within the request timeout"):
+            kube.get("v1", "Namespace", "", namespace)  # other requests keep the 1 s timeout
+        time.sleep(12)
+        link.slow.clear()
+        assert not lost, lost
+        assert a.is_leader
+        a.ensure_held()
+        spec = live_spec(testenv, namespace)
+        assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("a", 0)
+        # no answer at all: the renew deadline still ends it, naming why
+        link.delay, cut = 30.0, time.monotonic()
+        link.slow.set()
+        wait_for(lambda: lost, timeout=15, interval=0.05, what="a to step down")
+        assert time.monotonic() - cut <= 10 + 0.5
+        assert "renew deadline" in lost[0] and "no answer within" in lost[0], lost
+    finally:
+        a.stop_renewing()
+        link.close()
 
 
 def test_a_leader_whose_lease_was_taken_steps_down_on_its_next_renewal(

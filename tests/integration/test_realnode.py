@@ -9,6 +9,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +32,7 @@ from tests.integration.gitops import (
     real_node_rayservice,
 )
 from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv import control, node
+from tests.testenv import control, node, procs
 from tests.testenv.helpers import (
     RAY_IMAGE,
     TestEnv,
@@ -59,6 +62,7 @@ def test_up_then_down_leaves_the_machine_as_it_was() -> None:
     assert node.wait_lock_free(600), f"the real node stays held: {node.lock_path().read_text()}"
     before = node.snapshot()
     state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-node-updown-"))
+    other = Path(tempfile.mkdtemp(prefix="gitray-testenv-node-second-"))
     up = _testenv_cli("up", "--state-dir", str(state_dir), "--node-wait", "600")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -75,20 +79,36 @@ def test_up_then_down_leaves_the_machine_as_it_was() -> None:
         ready = {c["type"]: c["status"] for c in real[0]["status"]["conditions"]}
         assert ready["Ready"] == "True", ready
         # a second real node on this machine is refused, naming the holder
-        other = Path(tempfile.mkdtemp(prefix="gitray-testenv-node-second-"))
         second = _testenv_cli("up", "--state-dir", str(other))
         assert second.returncode == 1
         assert "holds this machine's real node" in second.stderr
         assert str(state_dir) in second.stderr
         assert not list(other.iterdir())  # refused before writing anything
         other.rmdir()
+        # Its run dies without `down` (as in a machine restart: every process killed, the
+        # machine's route, tables, bridge and sysctls left): the next `up` brings it down from
+        # its own record and starts.
+        for comp in state.components.values():
+            for pid in procs.session_members(int(comp["pid"])):
+                os.kill(pid, signal.SIGKILL)
+        # (a killed process takes a moment to be gone: the kernel tears down its memory first)
+        wait_for(lambda: not any(control.State.load(state_dir).alive().values()) or None,  # type: ignore[union-attr]
+                 timeout=60, interval=0.2, what="the killed node's processes gone")
+        assert f"unreachable {node.GUARD_RANGE}" in node.snapshot()["ip route"]
+        again = _testenv_cli("up", "--state-dir", str(other), "--node-wait", "60")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert f"a real node was left behind in {state_dir}" in again.stdout, again.stdout
+        assert (state_dir / "state.json.stopped").is_file()  # its logs kept
+        assert control.State.load(other) is not None
     finally:
-        down = _testenv_cli("down", "--state-dir", str(state_dir))
+        down = _testenv_cli("down", "--state-dir", str(other))
+        _testenv_cli("down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stdout + down.stderr
     assert "WARNING" not in down.stdout, down.stdout
     after = node.snapshot()
     assert node.compare(before, after) == {}
-    assert not state_dir.exists()
+    assert not other.exists()
+    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _head_and_workers(env: TestEnv, ns: str, cluster: str) -> tuple[Any, list[Any]]:

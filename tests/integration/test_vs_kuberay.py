@@ -85,10 +85,11 @@ def test_a_pending_cluster_that_never_becomes_ready_is_given_up_and_removed(
 
 def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_third(
         realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
-    """KubeRay's controller, reading the reverted spec mid-upgrade, may build yet another
-    cluster. ``gitray sync`` finishes the pass it is in, then the revert is an instant
-    rollback to the cluster still awaiting deletion: two clusters in all, the original one
-    serving at the end, no request failed."""
+    """KubeRay's controller, reading the reverted spec mid-upgrade, built a third cluster in
+    benchmark 6. ``gitray sync`` notices the revert while it waits for the new cluster, ends
+    that run ("superseded") and syncs the revert at once: it cancels the upgrade. Two
+    clusters in all, traffic never on the new one, the original one serving at the end, no
+    request failed."""
     ns = node_namespace
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
@@ -117,14 +118,23 @@ def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_thir
             wait_for(lambda: len(_clusters(realnode, ns)) == 2 or None, 120,
                      what="the pending cluster")
             reverted = push("revert", {"svc.yaml": dump(_rayservice(ns))})
-            wait_for(lambda: synced(reverted), 600, what="the revert synced")
+            selected: set[str] = set()
+
+            def revert_synced() -> bool | None:
+                selected.add(_serving(realnode, ns))
+                return synced(reverted)
+            wait_for(revert_synced, 600, what="the revert synced")
             wait_for(lambda: _clusters(realnode, ns) == [blue] or None, 180,
                      what="the abandoned cluster deleted")
             load.stop()
             # blue too is "first seen" once the watch has started: count the others by uid
             created = [name for name in watch.uids_named().values() if name != blue]
         assert len(created) == 1, created  # one new cluster in all: no third
+        assert selected == {blue}  # the serve Service never selected the new cluster
         assert _serving(realnode, ns) == blue
+        log = sync.log.read_text()
+        assert "stopped: Git moved on to " + reverted[:7] in log, log[-3000:]
+        assert "cancel-upgrade" in log, log[-3000:]
         r = load.result()
         assert r.sent > 0 and r.failed == 0, r.summary()
     finally:

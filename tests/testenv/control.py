@@ -279,7 +279,8 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     t0 = time.monotonic()
     if real_node:  # before anything is written: a refused `up` leaves nothing behind
         try:
-            node.acquire_lock(state_dir, wait=node_wait)
+            node.acquire_lock(state_dir, wait=node_wait,
+                              bring_down=lambda left: _bring_down_left_behind(left, say))
         except node.NodeError as exc:
             raise EnvError(str(exc)) from None
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -298,6 +299,12 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     state.ready_seconds = round(time.monotonic() - t0, 1)
     state.save()
     return state
+
+
+def _bring_down_left_behind(left: Path, say: Callable[[str], None]) -> None:
+    say(f"a real node was left behind in {left} by a run that is gone: bringing it down")
+    down(left, say=lambda m: say(f"  {m}"), keep_logs=True)
+    node.release_lock(left)  # also when its state had no node record
 
 
 def _network_up(state: State, say: Callable[[str], None]) -> None:

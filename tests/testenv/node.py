@@ -173,27 +173,61 @@ def wait_lock_free(timeout: float) -> bool:
     return False
 
 
+def left_behind() -> Path | None:
+    """The state dir of a real node whose run is gone (the lock's holder and every process its
+    state records have ended, as after a machine restart or a SIGKILL) but whose changes to the
+    machine (route, tables, bridge, sysctls) are still there; None when there is none."""
+    try:
+        holder = json.loads(lock_path().read_text())
+    except (OSError, ValueError):
+        return None
+    if not _holder_state(holder).is_file() or not _lock_stale(holder):
+        return None
+    return _holder_state(holder).parent
+
+
+def _holder_state(data: dict[str, object]) -> Path:
+    return Path(str(data.get("state_dir") or "/nonexistent")) / "state.json"
+
+
+def _lock_stale_and_clean(data: dict[str, object]) -> bool:
+    """Stale, and nothing of the holder's node left to undo (its state is gone)."""
+    return _lock_stale(data) and not _holder_state(data).is_file()
+
+
 def _lock_stale(data: dict[str, object]) -> bool:
     """The holder's `up` process is gone and so is every process its state dir records."""
     if not procs.owner_gone(data):
         return False
-    state_file = Path(str(data.get("state_dir", "/nonexistent"))) / "state.json"
     try:
-        comps = json.loads(state_file.read_text()).get("components", {})
+        comps = json.loads(_holder_state(data).read_text()).get("components", {})
     except (OSError, ValueError):
         return True
     return not any(procs.alive(int(c["pid"]), c.get("started")) for c in comps.values())
 
 
-def acquire_lock(state_dir: Path, wait: float = 0.0) -> None:
-    """Take the machine-wide real-node lock (waiting up to `wait` s), or say who holds it."""
+def acquire_lock(state_dir: Path, wait: float = 0.0,
+                 bring_down: Callable[[Path], None] | None = None) -> None:
+    """Take the machine-wide real-node lock (waiting up to `wait` s), or say who holds it.
+
+    A holder whose run is gone but whose changes to the machine are still there (its state dir
+    has its state: :func:`left_behind`) is handed to `bring_down` (which runs `down` there and
+    so releases the lock) before the lock is taken; without `bring_down` it counts as held.
+    Checked on every try, as a killed run's processes take a moment to be gone."""
     me = os.getpid()
     owner = {"pid": me, "started": procs.start_time(me), "state_dir": str(state_dir),
              "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     deadline = time.monotonic() + wait
+    brought_down: set[Path] = set()
     while True:
+        left = left_behind()
+        if (left is not None and left != state_dir and bring_down is not None
+                and left not in brought_down):  # once: if its state stays, it counts as held
+            brought_down.add(left)
+            bring_down(left)
+            continue
         try:
-            procs.claim(LOCK_KIND, [0], owner, _lock_stale)
+            procs.claim(LOCK_KIND, [0], owner, _lock_stale_and_clean)
             return
         except RuntimeError:
             pass

@@ -12,6 +12,7 @@ from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.names import service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from gitray.plans.rscontext import MIN_DELETION_DELAY_S
 from tests.manifests import serve_config
 from tests.unit.builders import (
     CONFIG,
@@ -188,9 +189,21 @@ def test_deletion_delay_comes_from_config_or_the_manifest() -> None:
     cfg = replace(CONFIG, rayservice=RayServiceSettings(deletion_delay_s=300))
     wp = plan_for(Case("", (NEW,), lambda: live(OLD), [], Action.REPLACE, cfg))
     assert wp.steps[-1].params["delaySeconds"] == 300
-    own = rayservice(image="rayproject/ray:2.60.0", deletion_delay=5)
+    own = rayservice(image="rayproject/ray:2.60.0", deletion_delay=25)
     wp = plan_for(Case("", (own,), lambda: live(OLD), [], Action.REPLACE, cfg))
-    assert wp.steps[-1].params["delaySeconds"] == 5
+    assert wp.steps[-1].params["delaySeconds"] == 25
+
+
+def test_the_old_cluster_outlives_the_switch_by_the_drain_floor_at_least() -> None:
+    """A delay shorter than the floor (0, KubeRay's field, or gitray's config) is raised to it:
+    proxies need time to stop sending to the old pods after the selector moved."""
+    for cfg_delay, own_delay in ((2, None), (300, 0), (300, 3)):
+        cfg = replace(CONFIG, rayservice=RayServiceSettings(deletion_delay_s=cfg_delay))
+        svc = (NEW if own_delay is None
+               else rayservice(image="rayproject/ray:2.60.0", deletion_delay=own_delay))
+        wp = plan_for(Case("", (svc,), lambda: live(OLD), [], Action.REPLACE, cfg))
+        assert wp.steps[-1].params["delaySeconds"] == MIN_DELETION_DELAY_S == 10
+        assert "10 s after the switch" in wp.steps[-1].reason
 
 
 def test_timeouts_come_from_config() -> None:
