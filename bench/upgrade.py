@@ -90,29 +90,27 @@ def _head_ip(env: Env, cluster: str) -> str:
     return _head(env, cluster)[0]
 
 
+def _head_records(env: Env) -> list[dict[str, Any]]:
+    """The environment's Ray pod runner's records of the heads it has not stopped yet."""
+    records = []
+    for record in (env.state_dir / "ray-heads").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(record.read_text()))
+    return records
+
+
 def _runner_ready(env: Env, uid: str) -> bool:
     """The environment's Ray pod runner reports Ray + Serve up for this very pod.
 
     kwok reuses pod IPs at once, so for a moment the new pod's IP can still reach the Ray head
     of a deleted pod: the dashboard answering is not enough to know the new head is up.
     """
-    for record in (env.state_dir / "ray-heads").glob("*.json"):
-        try:
-            data = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("uid") == uid and data.get("ready"):
-            return True
-    return False
+    return any(r.get("uid") == uid and r.get("ready") for r in _head_records(env))
 
 
 def _heads_running(env: Env) -> int:
-    """Ray heads of this benchmark's namespace the runner has not stopped yet (its records)."""
-    count = 0
-    for record in (env.state_dir / "ray-heads").glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            count += json.loads(record.read_text()).get("namespace") == NS
-    return count
+    """Ray heads of this benchmark's namespace the runner has not stopped yet."""
+    return sum(1 for r in _head_records(env) if r.get("namespace") == NS)
 
 
 def _sent_at(sync: Any, since: float) -> float | None:

@@ -181,9 +181,10 @@ def left_behind() -> Path | None:
         holder = json.loads(lock_path().read_text())
     except (OSError, ValueError):
         return None
-    if not _holder_state(holder).is_file() or not _lock_stale(holder):
+    state = _holder_state(holder)
+    if not state.is_file() or not _lock_stale(holder):
         return None
-    return _holder_state(holder).parent
+    return state.parent
 
 
 def _holder_state(data: dict[str, object]) -> Path:
