@@ -413,6 +413,10 @@ class Actions:
 
     def _apply_object(self, ns: str, step: Step, report: Report) -> str:
         manifest = step.params["manifest"]
+        if step.params.get("gateServe"):  # a per-cluster serve Service (incremental upgrade)
+            n = self._gate_serve_pods(ns, str(step.params["gateServe"]), report,
+                                      manifest["spec"]["selector"])
+            report(f"{n} pod(s) with a healthy Serve proxy")
         self.kube.apply(manifest)
         return f"applied {manifest['kind']} {step.target}"
 

@@ -25,7 +25,7 @@ from gitray.parsing.config import parse_config
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
-from gitray.plans.plan import Plan, StepType
+from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.stale import stale_reasons
@@ -52,11 +52,6 @@ class Desired:
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
-
-
-# Planned, not executed yet (issue 16: execution through a Gateway comes separately).
-NOT_EXECUTABLE = frozenset({StepType.SET_SERVE_CAPACITY, StepType.SHIFT_TRAFFIC,
-                            StepType.WAIT_INTERVAL, StepType.RUN_ANALYSIS, StepType.PAUSE})
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
@@ -190,11 +185,11 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
 
 
 def unappliable(kube: Kube, plan: Plan) -> dict[ObjectKey, list[str]]:
-    """The workloads of ``plan`` that must not be started, and why: steps this gitray plans
-    but does not execute yet (an incremental RayService upgrade), or steps whose objects the
-    API server does not serve (its Gateway and HTTPRoute without the Gateway API CRDs). Asks
-    the API server (discovery) rather than the plan's notes, so a saved plan is checked too."""
-    return blocked_workloads(plan, NOT_EXECUTABLE, absent_apis(kube, needed_apis(plan)))
+    """The workloads of ``plan`` that must not be started, and why: steps whose objects the
+    API server does not serve (an incremental RayService's Gateway and HTTPRoute without the
+    Gateway API CRDs). Asks the API server (discovery) rather than the plan's notes, so a saved
+    plan is checked too."""
+    return blocked_workloads(plan, absent_apis(kube, needed_apis(plan)))
 
 
 def refuse_unappliable(kube: Kube, plan: Plan) -> None:

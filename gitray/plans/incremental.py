@@ -90,7 +90,9 @@ def _ensure_cluster_service(ctx: Ctx, cluster: str) -> bool:
     if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
         return False
     manifest = cluster_serve_service_manifest(ctx.workload, cluster, ctx.config.instance)
-    ctx.steps.add(StepType.APPLY_OBJECT, name, {"manifest": manifest},
+    # gateServe: its pods with a healthy Serve proxy are labelled first (as for the stable
+    # serve Service), or the Service has no endpoints and the gateway answers 503
+    ctx.steps.add(StepType.APPLY_OBJECT, name, {"manifest": manifest, "gateServe": cluster},
                   f"a serve Service for {cluster} alone (an HTTPRoute backend)")
     return True
 

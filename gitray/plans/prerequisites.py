@@ -1,13 +1,11 @@
 """Why a plan cannot be applied as planned, before anything is changed. Pure, no I/O.
 
-Two reasons, both decided from a plan's steps (never from its display-only notes):
-
-- step types gitray plans but does not execute yet (``gitray.engine.apply.NOT_EXECUTABLE``);
-- objects of an apiVersion the API server does not serve: an incremental RayService upgrade
-  writes a Gateway and an HTTPRoute (``gateway.networking.k8s.io/v1``), and ``gitray plan``
-  runs in CI against clusters that may lack the Gateway API CRDs. The plan is still made (the
-  live state of those kinds counts as empty) with a note naming the first step that would
-  fail; ``gitray apply`` and ``gitray sync`` refuse such a workload whole, before any change.
+Decided from a plan's steps (never from its display-only notes): objects of an apiVersion the
+API server does not serve. An incremental RayService upgrade writes a Gateway and an HTTPRoute
+(``gateway.networking.k8s.io/v1``), and ``gitray plan`` runs in CI against clusters that may
+lack the Gateway API CRDs. The plan is still made (the live state of those kinds counts as
+empty) with a note naming the first step that would fail; ``gitray apply`` and ``gitray sync``
+refuse such a workload whole, before any change.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from collections.abc import Collection
 
 from gitray.core.model import ObjectKey
 from gitray.plans.gateway import GATEWAY_API_VERSION
-from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, Step, WorkloadPlan
 
 __all__ = ["OPTIONAL_APIS", "absent_api_notes", "blocked_workloads", "needed_apis",
            "step_api_version"]
@@ -75,20 +73,15 @@ def absent_api_notes(plan: Plan, absent: Collection[str]) -> list[str]:
     return notes
 
 
-def blocked_workloads(plan: Plan, not_executable: Collection[StepType],
-                      absent: Collection[str]) -> dict[ObjectKey, list[str]]:
+def blocked_workloads(plan: Plan, absent: Collection[str]) -> dict[ObjectKey, list[str]]:
     """Each workload of ``plan`` that must not be started, with why: its steps need an
-    apiVersion in ``absent``, or hold types in ``not_executable``."""
+    apiVersion in ``absent``."""
     blocked: dict[ObjectKey, list[str]] = {}
     for w in plan.workloads:
         reasons = []
         missing = _absent_reason(w, absent, "")
         if missing:
             reasons.append(missing)
-        types = sorted({s.type.value for s in w.steps if s.type in not_executable})
-        if types:
-            reasons.append(f"gitray plans but does not yet execute its {', '.join(types)} "
-                           "steps: use upgradeStrategy NewCluster meanwhile")
         if reasons:
             blocked[w.key] = reasons
     return blocked

@@ -112,8 +112,9 @@ class Gitray:
 
     def argv(self, command: str, *args: str) -> list[str]:
         base = [sys.executable, "-m", "gitray", command, *args, "--kubeconfig", self.kubeconfig]
-        if command in {"apply", "status"}:
+        if command in {"apply", "status", "promote", "abort"}:
             base += ["--lease-namespace", self.lease_namespace]
+        if command in {"apply", "status"}:
             if self.dashboard:
                 base += ["--dashboard", self.dashboard]
         return base

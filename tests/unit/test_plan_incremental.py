@@ -92,6 +92,11 @@ def test_first_rollout_creates_the_gateway_route_and_per_cluster_service() -> No
         {"group": "", "kind": "Service", "name": f"{A}-serve-svc", "namespace": "ray",
          "port": 8000, "weight": 100}]
     assert route["spec"]["parentRefs"][0]["name"] == "svc-gateway"
+    # the per-cluster serve Service labels its cluster's healthy Serve pods first (gated, as
+    # the stable serve Service): without them it has no endpoints and the gateway answers 503
+    cluster_svc = one(plan_of(OLD, LiveState())).steps[6]
+    assert cluster_svc.params["gateServe"] == A
+    assert cluster_svc.params["manifest"]["spec"]["selector"]["gitray.io/serve"] == "true"
 
 
 def test_an_unchanged_incremental_service_has_nothing_to_do() -> None:

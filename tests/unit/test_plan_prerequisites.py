@@ -2,14 +2,12 @@
 
 ``gitray plan`` runs in CI against clusters that may lack the Gateway API CRDs: an incremental
 RayService is still planned (its Gateway and HTTPRoute count as absent) with a note naming the
-first step that would fail; ``gitray apply``/``gitray sync`` hold such a workload back whole,
-as they do a workload whose steps gitray does not execute yet.
+first step that would fail; ``gitray apply``/``gitray sync`` hold such a workload back whole.
 """
 
 from __future__ import annotations
 
 from gitray.core.model import LiveState, ObjectKey, Workload
-from gitray.engine.apply import NOT_EXECUTABLE
 from gitray.plans.filters import hold_back
 from gitray.plans.gateway import GATEWAY_API_VERSION
 from gitray.plans.plan import Plan, Step, StepType
@@ -82,32 +80,26 @@ def test_with_the_crds_or_without_gateway_steps_there_is_no_warning() -> None:
 
 
 def test_apply_and_sync_hold_back_a_workload_needing_absent_crds_whole() -> None:
-    """Both reasons are named (the CRDs first: the one a user can act on today); the other
-    workloads of the plan keep their steps."""
+    """The reason is named; the other workloads of the plan keep their steps."""
     state = without_gateway_api(LiveState(live(OLD).objects + live(blue_green()).objects))
     plan = plan_of(NEW, blue_green(image="ray:new"), state=state)
-    blocked = blocked_workloads(plan, NOT_EXECUTABLE, NO_GATEWAY_API)
+    blocked = blocked_workloads(plan, NO_GATEWAY_API)
     assert list(blocked) == [KEY]
-    crds, unexecutable = blocked[KEY]
+    (crds,) = blocked[KEY]
     assert crds.startswith("the Gateway API CRDs (gateway.networking.k8s.io/v1) are not "
                            "installed: applying this plan will fail at step 6/")
     assert crds.endswith(": install the Gateway API CRDs (standard channel) and a Gateway "
                          "controller, or use upgradeStrategy NewCluster")
-    assert unexecutable == ("gitray plans but does not yet execute its shift-traffic, "
-                            "wait-interval steps: use upgradeStrategy NewCluster meanwhile")
     kept = hold_back(plan, blocked)
     assert steps_of(kept, KEY) == ()
     assert steps_of(kept, OTHER) == steps_of(plan, OTHER) != ()
 
 
-def test_each_reason_alone() -> None:
+def test_with_the_crds_served_nothing_is_held_back() -> None:
     with_crds = plan_of(NEW, state=live(OLD), absent=frozenset())
-    assert blocked_workloads(with_crds, NOT_EXECUTABLE, frozenset()) == {KEY: [
-        "gitray plans but does not yet execute its shift-traffic, wait-interval steps: use "
-        "upgradeStrategy NewCluster meanwhile"]}
-    (only,) = blocked_workloads(with_crds, frozenset(), NO_GATEWAY_API)[KEY]
+    (only,) = blocked_workloads(with_crds, NO_GATEWAY_API)[KEY]
     assert only.startswith("the Gateway API CRDs")
-    assert blocked_workloads(with_crds, frozenset(), frozenset()) == {}
+    assert blocked_workloads(with_crds, frozenset()) == {}
     assert hold_back(with_crds, {}) == with_crds
 
 

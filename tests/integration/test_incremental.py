@@ -1,0 +1,316 @@
+"""The incremental upgrade (issue 16) with real requests through a real Gateway: Traefik
+v3.6.12 with its Kubernetes Gateway provider (``scripts/testenv up --gateway``), real Ray pods
+on the real node, the real gitray CLI with its default flags (``--dashboard proxy``).
+
+A bounded load generator sends requests to the Gateway the whole time; an observer records the
+HTTPRoute's weights as the API server holds them. Each version of the Serve app answers its
+own greeting (``hello:build``), so every answer says which cluster served it, and the split
+seen by the clients is compared with the weights gitray wrote, step by step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.chaos import isolated, start_replica
+from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.manifests import dump, gitray_config, serve_config
+from tests.testenv.gatewayenv import GATEWAY_CLASS
+from tests.testenv.helpers import TestEnv, get_text, wait_for
+from tests.testenv.load import LoadGenerator, LoadResult
+
+pytestmark = pytest.mark.gateway
+
+SVC = "fruit"
+ROUTE = f"{SVC}-httproute"
+INTERVAL_S = 15
+# Traefik applies a route change after its provider's watch and throttle (2 s by default):
+# answers in the first seconds after a weight change may still follow the previous weights.
+SETTLE_S = 4.0
+TOLERANCE = 10.0  # percentage points
+
+
+def _rayservice(ns: str, version: int, *, metrics: str, fail_every: int = 0,
+                failure_limit: int = 2, pauses: list[dict[str, Any]] | None = None,
+                min_requests: int = 20) -> dict[str, Any]:
+    """The hello app answering ``v<version>`` (every ``fail_every``-th request of a replica
+    an HTTP 500), on a cluster spec of its own (``revision``), upgraded incrementally in
+    steps of 25 % (surge 50 %), analysed at each step."""
+    args: dict[str, Any] = {"greeting": f"v{version}"}
+    if fail_every:
+        args["fail_every"] = fail_every
+    doc = real_node_rayservice(
+        ns, serve=serve_config(("hello", "/hello", "hello:build"), args=args), workers=0,
+        name=SVC, revision=version,
+        upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade", "clusterUpgradeOptions": {
+            "gatewayClassName": GATEWAY_CLASS, "stepSizePercent": 25, "maxSurgePercent": 50,
+            "intervalSeconds": INTERVAL_S}})
+    analysis: dict[str, Any] = {
+        "metrics": {"url": metrics},
+        "checks": [{"type": "serve-health"},
+                   {"type": "success-rate", "min": 99, "minRequests": min_requests}],
+        "failureLimit": failure_limit,
+    }
+    if pauses:
+        analysis["pauses"] = pauses
+    doc["metadata"]["annotations"] = {"gitray.io/analysis": dump(analysis)}
+    return doc
+
+
+@dataclass
+class RouteLog:
+    """The HTTPRoute's backend weights over time, as the API server holds them."""
+
+    changes: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+
+    def weights_at(self, t: float) -> dict[str, int] | None:
+        current = None
+        for at, weights in self.changes:
+            if at > t:
+                break
+            current = weights
+        return current
+
+
+@dataclass
+class RouteObserver:
+    env: TestEnv
+    ns: str
+    log: RouteLog = field(default_factory=RouteLog)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _weights(self) -> dict[str, int] | None:
+        try:
+            route = self.env.custom.get_namespaced_custom_object(
+                "gateway.networking.k8s.io", "v1", self.ns, "httproutes", ROUTE)
+        except Exception:
+            return None
+        refs = route["spec"]["rules"][0]["backendRefs"]
+        return {r["name"].removesuffix("-serve-svc"): int(r.get("weight", 1)) for r in refs}
+
+    def _run(self) -> None:
+        last: dict[str, int] | None = None
+        while not self._stop.wait(0.25):
+            weights = self._weights()
+            if weights is not None and weights != last:
+                self.log.changes.append((time.time(), weights))
+                last = weights
+
+    def __enter__(self) -> RouteLog:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="route-observer")
+        self._thread.start()
+        return self.log
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@dataclass(frozen=True)
+class Period:
+    start: float
+    weights: dict[str, int]
+    sent: int
+    answers: dict[str, int]  # body or "!failure kind" -> count
+
+    def share(self, body: str) -> float:
+        answered = sum(n for b, n in self.answers.items())
+        return 100.0 * self.answers.get(body, 0) / answered if answered else float("nan")
+
+
+def periods(log: RouteLog, load: LoadResult) -> list[Period]:
+    """The requests sent while each set of weights held (from SETTLE_S after the change to
+    the next change), with what answered them."""
+    out = []
+    bounds = [*log.changes, (float("inf"), {})]
+    for (start, weights), (end, _) in itertools.pairwise(bounds):
+        answers: dict[str, int] = {}
+        for sent_at, body in load.timeline:
+            if start + SETTLE_S <= sent_at < end:
+                answers[body] = answers.get(body, 0) + 1
+        out.append(Period(start, weights, sum(answers.values()), answers))
+    return out
+
+
+def describe(ps: list[Period], new: str) -> str:
+    return "\n".join(f"  {time.strftime('%H:%M:%S', time.gmtime(p.start))} weights "
+                     f"{p.weights}: {p.sent} requests, {new} {p.share(new):.1f} %, "
+                     f"answers {p.answers}" for p in ps)
+
+
+@pytest.fixture
+def setup(testenv: TestEnv, gateway: dict[str, str], namespace: str,
+          tmp_path: Path) -> Iterator[tuple[GitOpsRepo, Gitray, str]]:
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
+    repo.commit("v1", {"gitray.yaml": isolated(gitray_config("10s", ns), ns),
+                       "svc.yaml": dump(_rayservice(ns, 1, metrics=gateway["metrics"]))})
+    first = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert first.returncode == 0, output(first)
+    url = f"{gateway['web']}/hello"
+    assert wait_for(lambda: _answer(url), 120, what="v1 through the Gateway") == "v1"
+    yield repo, gitray, url
+
+
+def _answer(url: str) -> str | None:
+    try:
+        return get_text(url)
+    except Exception:
+        return None
+
+
+def _clusters(env: TestEnv, ns: str) -> list[str]:
+    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    return sorted(i["metadata"]["name"] for i in items
+                  if not i["metadata"].get("deletionTimestamp"))
+
+
+def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
+        testenv: TestEnv, gateway: dict[str, str], namespace: str,
+        setup: tuple[GitOpsRepo, Gitray, str]) -> None:
+    ns = namespace
+    repo, gitray, url = setup
+    (old,) = _clusters(testenv, ns)
+    repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"]))})
+    with RouteObserver(testenv, ns) as log, \
+            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
+        time.sleep(SETTLE_S + 6)
+        load.stop()
+    r = load.result()
+    print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
+    ps = [p for p in periods(log, r) if p.sent]
+    print(describe(ps, "v2"))
+    assert result.returncode == 0, output(result)
+    new = next(c for c, w in log.changes[-1][1].items() if w == 100)
+    assert new != old and _clusters(testenv, ns) in ([new], sorted([old, new]))
+    assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
+    shares = [(p.weights.get(new, 0), p.share("v2")) for p in ps if p.sent >= 50]
+    assert [w for w, _ in shares if 0 < w < 100] == [25, 50, 75], describe(ps, "v2")
+    for weight, seen in shares:
+        assert abs(seen - weight) <= TOLERANCE, describe(ps, "v2")
+    assert _answer(url) == "v2"
+
+
+def test_a_version_failing_requests_is_rolled_back_by_the_analysis(
+        testenv: TestEnv, gateway: dict[str, str], namespace: str,
+        setup: tuple[GitOpsRepo, Gitray, str]) -> None:
+    """v2 answers every second request with HTTP 500. Its first analysis (at 25 %) fails and
+    holds the weight, the second reaches failureLimit 2: all traffic back to v1, its Serve
+    capacity restored, v2's cluster deleted, and gitray apply fails naming the check and
+    the value it measured. Clients saw 500s only while v2 had its 25 %."""
+    ns = namespace
+    repo, gitray, url = setup
+    (old,) = _clusters(testenv, ns)
+    repo.commit("v2 fails every 2nd request", {"svc.yaml": dump(_rayservice(
+        ns, 2, metrics=gateway["metrics"], fail_every=2))})
+    with RouteObserver(testenv, ns) as log, \
+            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
+        time.sleep(SETTLE_S + 6)
+        load.stop()
+    r = load.result()
+    print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
+    ps = [p for p in periods(log, r) if p.sent]
+    print(describe(ps, "v2"))
+    assert result.returncode == 1, output(result)
+    said = result.stdout + result.stderr
+    assert "run-analysis failed: success-rate" in said, output(result)
+    assert "failed analyses 2/2 (failureLimit)" in said, output(result)
+    assert f"rolled back: all traffic to {old}" in said, output(result)
+    new = next(c for c in log.changes[1][1] if c != old)
+    # the weights went 100 % v1 -> 25 % v2 (held for a second analysis) -> 100 % v1
+    assert [w for _, w in log.changes] == [{old: 100}, {old: 75, new: 25}, {old: 100}], log
+    wait_for(lambda: _clusters(testenv, ns) == [old] or None, 120, what=f"{new} deleted")
+    # every failed request is a 500 from v2 while it had traffic; none after the rollback
+    assert set(r.failures) == {"http 500"}, r.summary()
+    during, after = ps[-2], ps[-1]
+    assert during.weights == {old: 75, new: 25} and after.weights == {old: 100}
+    assert during.answers.get("!http 500", 0) > 0, describe(ps, "v2")
+    assert after.answers == {"v1": after.sent} and after.sent >= 50, describe(ps, "v2")
+    assert abs(100.0 * r.failed / during.sent - 12.5) <= TOLERANCE / 2, describe(ps, "v2")
+    assert _answer(url) == "v1"
+
+
+def _push(repo: GitOpsRepo, message: str, files: dict[str, str | None]) -> str:
+    sha = repo.commit(message, files)
+    repo.git("push", "-q", "origin", "main")
+    return sha
+
+
+def test_pause_promote_and_abort_through_the_daemon(
+        testenv: TestEnv, gateway: dict[str, str], namespace: str, tmp_path: Path) -> None:
+    """gitray sync runs the upgrade. v2 pauses at 50 % until promoted: the weight holds,
+    `gitray promote` lets it finish. v3 pauses at 25 %: `gitray abort` rolls it back to v2.
+    Requests through the Gateway never fail."""
+    ns = namespace
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    repo = GitOpsRepo(tmp_path / "work")
+    repo.git("remote", "add", "origin", str(bare))
+    gitray = Gitray(testenv.kubeconfig, ns)
+    url = f"{gateway['web']}/hello"
+
+    def rs(version: int, at: int) -> str:
+        return dump(_rayservice(ns, version, metrics=gateway["metrics"],
+                                pauses=[{"atPercent": at}]))
+
+    _push(repo, "v1", {"gitray.yaml": isolated(gitray_config("10s", ns), ns),
+                       "svc.yaml": rs(1, 50)})
+    sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon")
+    try:
+        assert wait_for(lambda: _answer(url), 300, what="v1 through the Gateway") == "v1"
+        (v1,) = _clusters(testenv, ns)
+        with RouteObserver(testenv, ns) as log, \
+                LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load:
+            _push(repo, "v2, paused at 50 %", {"svc.yaml": rs(2, 50)})
+            wait_for(lambda: _paused_at(log, 50), 600, what="the pause at 50 %")
+            time.sleep(INTERVAL_S + 5)  # longer than a step: the pause holds the weight
+            assert log.changes[-1][1][v1] == 50, log
+            promoted = gitray.run("promote", f"{ns}/{SVC}")
+            assert promoted.returncode == 0, output(promoted)
+            assert "the pause at 50 %" in promoted.stdout, output(promoted)
+            wait_for(lambda: len(_clusters(testenv, ns)) == 1 != (v1 in _clusters(testenv, ns))
+                     or None, 600, what="v2 promoted and v1 deleted")
+            (v2,) = _clusters(testenv, ns)
+            assert _answer(url) == "v2"
+
+            _push(repo, "v3, paused at 25 %", {"svc.yaml": rs(3, 25)})
+            wait_for(lambda: _paused_at(log, 25), 600, what="the pause at 25 %")
+            aborted = gitray.run("abort", f"{ns}/{SVC}")
+            assert aborted.returncode == 0, output(aborted)
+            wait_for(lambda: log.changes[-1][1] == {v2: 100} or None, 120,
+                     what="all traffic back to v2")
+            wait_for(lambda: _clusters(testenv, ns) == [v2] or None, 120, what="v3 deleted")
+            time.sleep(SETTLE_S + 6)
+            load.stop()
+        r = load.result()
+        ps = [p for p in periods(log, r) if p.sent]
+        print(promoted.stdout, aborted.stdout, r.summary(), describe(ps, "v2"), sep="\n")
+        assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
+        assert _answer(url) == "v2"
+        # the abort is a failed run at v3: not retried at that revision
+        time.sleep(5)
+        assert _clusters(testenv, ns) == [v2]
+    finally:
+        sync.terminate()
+    print(sync.log.read_text()[-4000:])
+
+
+def _paused_at(log: RouteLog, percent: int) -> bool | None:
+    """Whether the new cluster's weight is ``percent`` and has held for 2 s longer than an
+    analysis interval (the pause follows the step's analysis)."""
+    if not log.changes:
+        return None
+    at, weights = log.changes[-1]
+    new = sorted(weights.values())
+    return (len(new) == 2 and percent in new and time.time() - at > INTERVAL_S + 2) or None
