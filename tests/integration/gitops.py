@@ -114,9 +114,8 @@ class Gitray:
         base = [sys.executable, "-m", "gitray", command, *args, "--kubeconfig", self.kubeconfig]
         if command in {"apply", "status", "promote", "abort"}:
             base += ["--lease-namespace", self.lease_namespace]
-        if command in {"apply", "status"}:
-            if self.dashboard:
-                base += ["--dashboard", self.dashboard]
+        if command in {"apply", "status"} and self.dashboard:
+            base += ["--dashboard", self.dashboard]
         return base
 
     def env(self) -> dict[str, str]:

@@ -10,12 +10,9 @@ seen by the clients is compared with the weights gitray wrote, step by step.
 
 from __future__ import annotations
 
-import itertools
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +23,14 @@ from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayse
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.gatewayenv import GATEWAY_CLASS
 from tests.testenv.helpers import TestEnv, get_text, wait_for
-from tests.testenv.load import LoadGenerator, LoadResult
+from tests.testenv.load import LoadGenerator
+from tests.testenv.routes import SETTLE_S, RouteLog, RouteObserver, describe, periods
 
 pytestmark = pytest.mark.gateway
 
 SVC = "fruit"
 ROUTE = f"{SVC}-httproute"
 INTERVAL_S = 15
-# Traefik applies a route change after its provider's watch and throttle (2 s by default):
-# answers in the first seconds after a weight change may still follow the previous weights.
-SETTLE_S = 4.0
 TOLERANCE = 10.0  # percentage points
 
 
@@ -64,87 +59,6 @@ def _rayservice(ns: str, version: int, *, metrics: str, fail_every: int = 0,
         analysis["pauses"] = pauses
     doc["metadata"]["annotations"] = {"gitray.io/analysis": dump(analysis)}
     return doc
-
-
-@dataclass
-class RouteLog:
-    """The HTTPRoute's backend weights over time, as the API server holds them."""
-
-    changes: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-
-    def weights_at(self, t: float) -> dict[str, int] | None:
-        current = None
-        for at, weights in self.changes:
-            if at > t:
-                break
-            current = weights
-        return current
-
-
-@dataclass
-class RouteObserver:
-    env: TestEnv
-    ns: str
-    log: RouteLog = field(default_factory=RouteLog)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def _weights(self) -> dict[str, int] | None:
-        try:
-            route = self.env.custom.get_namespaced_custom_object(
-                "gateway.networking.k8s.io", "v1", self.ns, "httproutes", ROUTE)
-        except Exception:
-            return None
-        refs = route["spec"]["rules"][0]["backendRefs"]
-        return {r["name"].removesuffix("-serve-svc"): int(r.get("weight", 1)) for r in refs}
-
-    def _run(self) -> None:
-        last: dict[str, int] | None = None
-        while not self._stop.wait(0.25):
-            weights = self._weights()
-            if weights is not None and weights != last:
-                self.log.changes.append((time.time(), weights))
-                last = weights
-
-    def __enter__(self) -> RouteLog:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="route-observer")
-        self._thread.start()
-        return self.log
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-@dataclass(frozen=True)
-class Period:
-    start: float
-    weights: dict[str, int]
-    sent: int
-    answers: dict[str, int]  # body or "!failure kind" -> count
-
-    def share(self, body: str) -> float:
-        answered = sum(n for b, n in self.answers.items())
-        return 100.0 * self.answers.get(body, 0) / answered if answered else float("nan")
-
-
-def periods(log: RouteLog, load: LoadResult) -> list[Period]:
-    """The requests sent while each set of weights held (from SETTLE_S after the change to
-    the next change), with what answered them."""
-    out = []
-    bounds = [*log.changes, (float("inf"), {})]
-    for (start, weights), (end, _) in itertools.pairwise(bounds):
-        answers: dict[str, int] = {}
-        for sent_at, body in load.timeline:
-            if start + SETTLE_S <= sent_at < end:
-                answers[body] = answers.get(body, 0) + 1
-        out.append(Period(start, weights, sum(answers.values()), answers))
-    return out
-
-
-def describe(ps: list[Period], new: str) -> str:
-    return "\n".join(f"  {time.strftime('%H:%M:%S', time.gmtime(p.start))} weights "
-                     f"{p.weights}: {p.sent} requests, {new} {p.share(new):.1f} %, "
-                     f"answers {p.answers}" for p in ps)
 
 
 @pytest.fixture
@@ -181,14 +95,14 @@ def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
     repo, gitray, url = setup
     (old,) = _clusters(testenv, ns)
     repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"]))})
-    with RouteObserver(testenv, ns) as log, \
+    with RouteObserver(testenv.custom, ns, ROUTE) as log, \
             LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
         time.sleep(SETTLE_S + 6)
         load.stop()
     r = load.result()
     print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
-    ps = [p for p in periods(log, r) if p.sent]
+    ps = periods(log, r)
     print(describe(ps, "v2"))
     assert result.returncode == 0, output(result)
     new = next(c for c, w in log.changes[-1][1].items() if w == 100)
@@ -213,14 +127,14 @@ def test_a_version_failing_requests_is_rolled_back_by_the_analysis(
     (old,) = _clusters(testenv, ns)
     repo.commit("v2 fails every 2nd request", {"svc.yaml": dump(_rayservice(
         ns, 2, metrics=gateway["metrics"], fail_every=2))})
-    with RouteObserver(testenv, ns) as log, \
+    with RouteObserver(testenv.custom, ns, ROUTE) as log, \
             LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
         time.sleep(SETTLE_S + 6)
         load.stop()
     r = load.result()
     print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
-    ps = [p for p in periods(log, r) if p.sent]
+    ps = periods(log, r)
     print(describe(ps, "v2"))
     assert result.returncode == 1, output(result)
     said = result.stdout + result.stderr
@@ -270,7 +184,7 @@ def test_pause_promote_and_abort_through_the_daemon(
     try:
         assert wait_for(lambda: _answer(url), 300, what="v1 through the Gateway") == "v1"
         (v1,) = _clusters(testenv, ns)
-        with RouteObserver(testenv, ns) as log, \
+        with RouteObserver(testenv.custom, ns, ROUTE) as log, \
                 LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load:
             _push(repo, "v2, paused at 50 %", {"svc.yaml": rs(2, 50)})
             wait_for(lambda: _paused_at(log, 50), 600, what="the pause at 50 %")
@@ -294,7 +208,7 @@ def test_pause_promote_and_abort_through_the_daemon(
             time.sleep(SETTLE_S + 6)
             load.stop()
         r = load.result()
-        ps = [p for p in periods(log, r) if p.sent]
+        ps = periods(log, r)
         print(promoted.stdout, aborted.stdout, r.summary(), describe(ps, "v2"), sep="\n")
         assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
         assert _answer(url) == "v2"

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
                                 "[$GITRAY_TESTENV_NODE_WAIT or 0]")
             p.add_argument("--gateway", action="store_true",
                            help="also the Gateway API CRDs and Traefik (real node only; "
-                                "needs build --gateway; not run yet)")
+                                "needs build --gateway)")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":

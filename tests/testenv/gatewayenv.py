@@ -2,8 +2,8 @@
 and Traefik with its Kubernetes Gateway provider, out of cluster (stdlib only).
 
 Started by ``scripts/testenv up --gateway`` (real node only: Traefik sends requests to the
-pods' addresses in its EndpointSlices, which kwok's loopback pods never get). **Written, not
-run yet** (issue 16): the next step is a first ``up --gateway`` on a free real node.
+pods' addresses in its EndpointSlices, which kwok's loopback pods never get).
+tests/integration/test_incremental.py sends requests through it.
 
 - The CRDs are ``config/crd/standard`` of sigs.k8s.io/gateway-api (tests/testenv/traefik.py),
   applied server-side and waited for (Established).

@@ -219,3 +219,14 @@ def test_inconclusive_checks_do_not_fail_an_analysis() -> None:
     message = judge([success_rate(RATE, Traffic(3, 3))], "fruit-14f9f at 25 % over 60 s")
     assert message == ("analysis of fruit-14f9f at 25 % over 60 s passed: success-rate "
                        "3 requests (fewer than minRequests 20)")
+
+
+def test_the_service_name_is_the_one_traefik_3_6_12_reports() -> None:
+    """As a running Traefik v3.6.12 labelled a backend of a test's HTTPRoute (the analysis had
+    counted 0 requests while the name lacked ``-http``)."""
+    line = ('traefik_service_requests_total{code="200",method="GET",protocol="http",'
+            'service="t-1ce0c62f-fruit-9e130-serve-svc-http-8000@kubernetesgateway"} 205\n')
+    name = traefik_service("t-1ce0c62f", "fruit-9e130-serve-svc", 8000)
+    assert name == "t-1ce0c62f-fruit-9e130-serve-svc-http-8000"
+    traffic = window(parse_text(""), parse_text(line), name, REQ, DUR)
+    assert traffic.requests == 205
