@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "drop_cluster_service",
     "ensure_routing",
+    "forget_backend",
     "incremental",
     "incremental_rollback",
     "incremental_upgrade",
@@ -82,6 +83,23 @@ def drop_cluster_service(ctx: Ctx, cluster: str) -> None:
     if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
         ctx.steps.add(StepType.DELETE_SERVICE, name, {"service": name},
                       f"cluster {cluster} goes: so does its serve Service")
+
+
+def forget_backend(ctx: Ctx, cluster: str) -> None:
+    """Before an old ``cluster`` (weight 0 since the switch) is deleted: the HTTPRoute with
+    the active cluster alone, so it never names a Service that is gone (the Gateway controller
+    would report ResolvedRefs False on it). Nothing when the live route does not name it."""
+    route = _live_extra(ctx, Role.ROUTE, route_name(ctx.name))
+    active = ctx.live.active
+    if route is None or active is None or active == cluster:
+        return
+    named = {str(ref.get("name")) for rule in route.spec.get("rules") or []
+             for ref in rule.get("backendRefs") or []}
+    if cluster_serve_service_name(cluster) not in named:
+        return
+    manifest = route_manifest(ctx.workload, [(active, 100)], ctx.config.instance)
+    ctx.steps.add(StepType.APPLY_OBJECT, route_name(ctx.name), {"manifest": manifest},
+                  f"old cluster {cluster} goes: the HTTPRoute keeps {active} alone")
 
 
 def _ensure_cluster_service(ctx: Ctx, cluster: str) -> bool:

@@ -27,6 +27,7 @@ from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.incremental import (
     drop_cluster_service,
+    forget_backend,
     incremental,
     restore_traffic,
 )
@@ -120,6 +121,7 @@ class Ctx:
                 continue
             when = cluster.annotations.get(ANN_DELETE_AFTER, "?")
             if _due(cluster, self.now):
+                forget_backend(self, name)
                 self.steps.add(StepType.DELETE_CLUSTER, name, {"cluster": name},
                                f"deletion of old cluster {name} was due at {when}")
                 drop_cluster_service(self, name)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from tests.manifests import write_files
+from tests.manifests import dump, serve_config, write_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
@@ -71,6 +71,37 @@ def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
                        {"name": "GITRAY_TEST_REVISION", "value": str(revision)}]
     doc["spec"]["rayClusterConfig"] = cluster
     doc["spec"].update(copy.deepcopy(spec))
+    return doc
+
+
+def incremental_rayservice(ns: str, version: int, *, metrics: str, name: str,
+                           gateway_class: str = "traefik", interval: int = 15,
+                           fail_every: int = 0, failure_limit: int = 2,
+                           pauses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A RayService upgraded with NewClusterWithIncrementalUpgrade (steps of 25 %, surge 50 %,
+    ``interval`` s) on the real node: the hello app answering ``v<version>`` (every
+    ``fail_every``-th request of its replica an HTTP 500) on a cluster spec of its own
+    (``revision``), analysed at each step (``gitray.io/analysis``: Serve health and a success
+    rate >= 99 % of at least 20 requests from the gateway's ``metrics``, ``failureLimit``,
+    ``pauses``)."""
+    args: dict[str, Any] = {"greeting": f"v{version}"}
+    if fail_every:
+        args["fail_every"] = fail_every
+    doc = real_node_rayservice(
+        ns, serve=serve_config(("hello", "/hello", "hello:build"), args=args), workers=0,
+        name=name, revision=version,
+        upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade", "clusterUpgradeOptions": {
+            "gatewayClassName": gateway_class, "stepSizePercent": 25, "maxSurgePercent": 50,
+            "intervalSeconds": interval}})
+    analysis: dict[str, Any] = {
+        "metrics": {"url": metrics},
+        "checks": [{"type": "serve-health"},
+                   {"type": "success-rate", "min": 99, "minRequests": 20}],
+        "failureLimit": failure_limit,
+    }
+    if pauses:
+        analysis["pauses"] = pauses
+    doc["metadata"]["annotations"] = {"gitray.io/analysis": dump(analysis)}
     return doc
 
 

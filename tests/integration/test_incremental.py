@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from tests.integration.chaos import isolated, start_replica
-from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
-from tests.manifests import dump, gitray_config, serve_config
+from tests.integration.gitops import GitOpsRepo, Gitray, incremental_rayservice, output
+from tests.manifests import dump, gitray_config
 from tests.testenv.gatewayenv import GATEWAY_CLASS
 from tests.testenv.helpers import TestEnv, get_text, wait_for
-from tests.testenv.load import LoadGenerator
-from tests.testenv.routes import SETTLE_S, RouteLog, RouteObserver, describe, periods
+from tests.testenv.load import LoadGenerator, LoadResult
+from tests.testenv.routes import SETTLE_S, Period, RouteLog, RouteObserver, describe, periods
 
 pytestmark = pytest.mark.gateway
 
@@ -34,31 +34,26 @@ INTERVAL_S = 15
 TOLERANCE = 10.0  # percentage points
 
 
-def _rayservice(ns: str, version: int, *, metrics: str, fail_every: int = 0,
-                failure_limit: int = 2, pauses: list[dict[str, Any]] | None = None,
-                min_requests: int = 20) -> dict[str, Any]:
-    """The hello app answering ``v<version>`` (every ``fail_every``-th request of a replica
-    an HTTP 500), on a cluster spec of its own (``revision``), upgraded incrementally in
-    steps of 25 % (surge 50 %), analysed at each step."""
-    args: dict[str, Any] = {"greeting": f"v{version}"}
-    if fail_every:
-        args["fail_every"] = fail_every
-    doc = real_node_rayservice(
-        ns, serve=serve_config(("hello", "/hello", "hello:build"), args=args), workers=0,
-        name=SVC, revision=version,
-        upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade", "clusterUpgradeOptions": {
-            "gatewayClassName": GATEWAY_CLASS, "stepSizePercent": 25, "maxSurgePercent": 50,
-            "intervalSeconds": INTERVAL_S}})
-    analysis: dict[str, Any] = {
-        "metrics": {"url": metrics},
-        "checks": [{"type": "serve-health"},
-                   {"type": "success-rate", "min": 99, "minRequests": min_requests}],
-        "failureLimit": failure_limit,
-    }
-    if pauses:
-        analysis["pauses"] = pauses
-    doc["metadata"]["annotations"] = {"gitray.io/analysis": dump(analysis)}
-    return doc
+def _rayservice(ns: str, version: int, **kw: Any) -> dict[str, Any]:
+    return incremental_rayservice(ns, version, name=SVC, gateway_class=GATEWAY_CLASS,
+                                  interval=INTERVAL_S, **kw)
+
+
+def _apply_under_load(testenv: TestEnv, ns: str, repo: GitOpsRepo, gitray: Gitray,
+                      url: str) -> tuple[subprocess.CompletedProcess[str], RouteLog,
+                                         LoadResult, list[Period]]:
+    """``gitray apply --yes`` of the repository's HEAD with 20 requests/s through the
+    Gateway and the route's weights recorded, until a few seconds after it ended."""
+    with RouteObserver(testenv.custom, ns, ROUTE) as log, \
+            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
+        time.sleep(SETTLE_S + 6)
+        load.stop()
+    r = load.result()
+    ps = periods(log, r)
+    print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), describe(ps, "v2"),
+          sep="\n")
+    return result, log, r, ps
 
 
 @pytest.fixture
@@ -95,15 +90,7 @@ def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
     repo, gitray, url = setup
     (old,) = _clusters(testenv, ns)
     repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"]))})
-    with RouteObserver(testenv.custom, ns, ROUTE) as log, \
-            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
-        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
-        time.sleep(SETTLE_S + 6)
-        load.stop()
-    r = load.result()
-    print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
-    ps = periods(log, r)
-    print(describe(ps, "v2"))
+    result, log, r, ps = _apply_under_load(testenv, ns, repo, gitray, url)
     assert result.returncode == 0, output(result)
     new = next(c for c, w in log.changes[-1][1].items() if w == 100)
     assert new != old and _clusters(testenv, ns) in ([new], sorted([old, new]))
@@ -127,15 +114,7 @@ def test_a_version_failing_requests_is_rolled_back_by_the_analysis(
     (old,) = _clusters(testenv, ns)
     repo.commit("v2 fails every 2nd request", {"svc.yaml": dump(_rayservice(
         ns, 2, metrics=gateway["metrics"], fail_every=2))})
-    with RouteObserver(testenv.custom, ns, ROUTE) as log, \
-            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
-        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
-        time.sleep(SETTLE_S + 6)
-        load.stop()
-    r = load.result()
-    print(result.stdout[-6000:], result.stderr[-3000:], r.summary(), sep="\n")
-    ps = periods(log, r)
-    print(describe(ps, "v2"))
+    result, log, r, ps = _apply_under_load(testenv, ns, repo, gitray, url)
     assert result.returncode == 1, output(result)
     said = result.stdout + result.stderr
     assert "run-analysis failed: success-rate" in said, output(result)
@@ -197,12 +176,14 @@ def test_pause_promote_and_abort_through_the_daemon(
                      or None, 600, what="v2 promoted and v1 deleted")
             (v2,) = _clusters(testenv, ns)
             assert _answer(url) == "v2"
+            # with v1 deleted, the route no longer names it
+            wait_for(lambda: log.last() == {v2: 100} or None, 60, what="the route on v2 alone")
 
             _push(repo, "v3, paused at 25 %", {"svc.yaml": rs(3, 25)})
             wait_for(lambda: _paused_at(log, 25), 600, what="the pause at 25 %")
             aborted = gitray.run("abort", f"{ns}/{SVC}")
             assert aborted.returncode == 0, output(aborted)
-            wait_for(lambda: log.changes[-1][1] == {v2: 100} or None, 120,
+            wait_for(lambda: log.last() == {v2: 100} or None, 120,
                      what="all traffic back to v2")
             wait_for(lambda: _clusters(testenv, ns) == [v2] or None, 120, what="v3 deleted")
             time.sleep(SETTLE_S + 6)

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from gitray.core.model import LiveState, ObjectKey, Workload
-from gitray.plans.gateway import cluster_serve_service_manifest
+from gitray.plans.gateway import cluster_serve_service_manifest, route_manifest
 from gitray.plans.materialize import as_live
 from gitray.plans.names import service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan, plan_from_json
@@ -240,6 +240,26 @@ def test_an_old_cluster_due_for_deletion_goes_with_its_serve_service() -> None:
     state = with_objects(live(NEW), cluster_for(OLD, delete_after="2026-11-30T11:00:00Z"))
     state = with_objects(state, as_live(cluster_serve_service_manifest(OLD, A, "gitray")))
     assert steps(NEW, state) == [(T.DELETE_CLUSTER, A), (T.DELETE_SERVICE, f"{A}-serve-svc")]
+
+
+def test_the_route_stops_naming_an_old_cluster_before_it_is_deleted() -> None:
+    """After a promotion the route still names the old cluster at weight 0; with the cluster
+    and its serve Service gone, the Gateway controller would report the route's references
+    unresolved. The deletion rewrites it first, with the active cluster alone."""
+    state = with_objects(live(NEW), cluster_for(OLD, delete_after="2026-11-30T11:00:00Z"))
+    state = with_objects(state, as_live(cluster_serve_service_manifest(OLD, A, "gitray")))
+    promoted = as_live(route_manifest(NEW, [(A, 0), (B, 100)], "gitray"))
+    state = with_objects(LiveState(tuple(o for o in state.objects if o.kind != "HTTPRoute")),
+                         promoted)
+    plan = one(plan_of(NEW, state))
+    assert [(s.type, s.target) for s in plan.steps] == [
+        (T.APPLY_OBJECT, "svc-httproute"), (T.DELETE_CLUSTER, A),
+        (T.DELETE_SERVICE, f"{A}-serve-svc")]
+    refs = plan.steps[0].params["manifest"]["spec"]["rules"][0]["backendRefs"]
+    assert [(r["name"], r["weight"]) for r in refs] == [(f"{B}-serve-svc", 100)]
+    # a route already without it (live(NEW)'s: B alone): nothing to rewrite
+    clean = with_objects(live(NEW), cluster_for(OLD, delete_after="2026-11-30T11:00:00Z"))
+    assert steps(NEW, clean) == [(T.DELETE_CLUSTER, A)]
 
 
 def test_the_json_plan_validates_round_trips_and_is_format_2() -> None:
