@@ -10,6 +10,7 @@ import copy
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,13 +78,14 @@ def real_node_rayservice(namespace: str, image: str = "rayproject/ray:2.60.0",
 def incremental_rayservice(ns: str, version: int, *, metrics: str, name: str,
                            gateway_class: str = "traefik", interval: int = 15,
                            fail_every: int = 0, failure_limit: int = 2,
-                           pauses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                           pauses: list[dict[str, Any]] | None = None,
+                           checks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """A RayService upgraded with NewClusterWithIncrementalUpgrade (steps of 25 %, surge 50 %,
     ``interval`` s) on the real node: the hello app answering ``v<version>`` (every
     ``fail_every``-th request of its replica an HTTP 500) on a cluster spec of its own
     (``revision``), analysed at each step (``gitray.io/analysis``: Serve health and a success
     rate >= 99 % of at least 20 requests from the gateway's ``metrics``, ``failureLimit``,
-    ``pauses``)."""
+    ``pauses``, and ``checks`` besides)."""
     args: dict[str, Any] = {"greeting": f"v{version}"}
     if fail_every:
         args["fail_every"] = fail_every
@@ -96,7 +98,7 @@ def incremental_rayservice(ns: str, version: int, *, metrics: str, name: str,
     analysis: dict[str, Any] = {
         "metrics": {"url": metrics},
         "checks": [{"type": "serve-health"},
-                   {"type": "success-rate", "min": 99, "minRequests": 20}],
+                   {"type": "success-rate", "min": 99, "minRequests": 20}, *checks],
         "failureLimit": failure_limit,
     }
     if pauses:

@@ -10,7 +10,10 @@ seen by the clients is compared with the weights gitray wrote, step by step.
 
 from __future__ import annotations
 
+import http.server
+import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,15 +86,55 @@ def _clusters(env: TestEnv, ns: str) -> list[str]:
                   if not i["metadata"].get("deletionTimestamp"))
 
 
+class _Gate(http.server.BaseHTTPRequestHandler):
+    """A webhook gate: records each POSTed JSON body, answers 200."""
+
+    calls: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        type(self).calls.append(json.loads(self.rfile.read(length) or b"{}"))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A webhook gate on 127.0.0.1: its URL and the bodies it received."""
+    calls: list[dict[str, Any]] = []
+    handler = type("Gate", (_Gate,), {"calls": calls})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/gate", calls
+    server.shutdown()
+
+
 def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
         testenv: TestEnv, gateway: dict[str, str], namespace: str,
-        setup: tuple[GitOpsRepo, Gitray, str]) -> None:
+        setup: tuple[GitOpsRepo, Gitray, str],
+        gate: tuple[str, list[dict[str, Any]]]) -> None:
+    """Every check kind runs: Serve health, success rate and p95 latency from Traefik's
+    counters and histogram, and a webhook gate, at each of the four steps."""
     ns = namespace
     repo, gitray, url = setup
     (old,) = _clusters(testenv, ns)
-    repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"]))})
+    gate_url, calls = gate
+    repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"], checks=[
+        {"type": "latency", "percentile": 95, "maxMs": 1000, "minRequests": 20},
+        {"name": "smoke", "type": "webhook", "url": gate_url}]))})
     result, log, r, ps = _apply_under_load(testenv, ns, repo, gitray, url)
     assert result.returncode == 0, output(result)
+    analyses = [line for line in result.stdout.splitlines() if "run-analysis" in line
+                and ": done (" in line]
+    assert len(analyses) == 4, output(result)
+    for line in analyses:
+        assert "success-rate 100.0 % >= 99 %" in line and "latency p95 " in line \
+            and "smoke" in line, line
+    assert len(calls) == 4, calls
     new = next(c for c, w in log.changes[-1][1].items() if w == 100)
     assert new != old and _clusters(testenv, ns) in ([new], sorted([old, new]))
     assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
