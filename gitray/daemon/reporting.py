@@ -109,6 +109,25 @@ def event_target(step: Step) -> EventTarget | None:
     return EventTarget(api, kind, step.target, reason)
 
 
+_AT_PERCENT = {StepType.RUN_ANALYSIS, StepType.WAIT_INTERVAL, StepType.PAUSE}
+
+
+def status_what(step: Step) -> str:
+    """What a pending commit status says a step does: its type and target, and for an
+    incremental upgrade's steps the traffic share (``shift-traffic svc-httproute: 25 % →
+    svc-14f9f``, ``run-analysis svc-14f9f at 25 %``)."""
+    what = f"{step.type.value} {step.target}"
+    percent = step.params.get("percent")
+    if not isinstance(percent, int):
+        return what
+    if step.type is StepType.SHIFT_TRAFFIC:
+        new, old = step.params.get("cluster"), step.params.get("from")
+        return f"{what}: {f'{percent} % → {new}' if new != old else f'100 % → {old}'}"
+    if step.type in _AT_PERCENT:
+        return f"{what} at {percent} %"
+    return what
+
+
 def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, str], None],
                   metrics: Metrics, events: EventRecorder,
                   stopping: threading.Event) -> Callable[[StepEvent], None]:
@@ -120,7 +139,7 @@ def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, s
             raise Interrupted("shutting down")
         step = event.step
         if event.phase == "start":
-            what = f"{step.type.value} {step.target}"
+            what = status_what(step)
             if event.detail:  # a resumed step: "(resumed, 12 s of 30 s left)"
                 what += f" ({event.detail})"
             post_status(sha, event.key, "pending", step_description(event.index, event.total,
