@@ -37,13 +37,12 @@ from gitray.engine.gatewaymetrics import Series, parse_text, traefik_service, wi
 from gitray.engine.probes import HttpProbe
 from gitray.engine.upgradecontrol import Control
 from gitray.k8s.client import Kube
-from gitray.plans.gateway import GATEWAY_API_VERSION
+from gitray.plans.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.plan import Step, StepType
 from gitray.plans.serve import live_config_at
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["TRAFFIC_STEPS", "Steering", "Traffic", "capacity_config", "route_accepted",
-           "route_refs"]
+__all__ = ["TRAFFIC_STEPS", "Steering", "Traffic", "capacity_config", "route_accepted"]
 
 Report = Callable[[str], None]
 TRAFFIC_STEPS = frozenset({StepType.SET_SERVE_CAPACITY, StepType.SHIFT_TRAFFIC,
@@ -252,13 +251,6 @@ def capacity_config(details: Mapping[str, Any], percent: int,
         raise TerminalError(f"Serve runs no application: there is no config to send again at "
                             f"target_capacity {percent} %")
     return body
-
-
-def route_refs(route: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """The route's backends and weights, sorted (a backend without a weight has 1)."""
-    rules = (route.get("spec") or {}).get("rules") or []
-    return sorted((str(ref.get("name")), int(ref.get("weight", 1)))
-                  for rule in rules for ref in rule.get("backendRefs") or [])
 
 
 def route_accepted(route: Mapping[str, Any], generation: Any) -> bool:

@@ -16,7 +16,7 @@ gitray makes (``gitray.plans.manifests``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gitray.core.model import ANN_WORKLOAD_KEY, JSON, Role, Workload
@@ -37,6 +37,7 @@ __all__ = [
     "gateway_name",
     "route_manifest",
     "route_name",
+    "route_refs",
     "serve_port",
 ]
 
@@ -106,6 +107,13 @@ def backends(workload: Workload, weights: Sequence[tuple[str, int]]) -> list[dic
     return [{"group": "", "kind": "Service", "name": cluster_serve_service_name(cluster),
              "namespace": workload.key.namespace, "port": port, "weight": weight}
             for cluster, weight in weights]
+
+
+def route_refs(route: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The route's backends and weights, sorted (a backend without a weight has 1)."""
+    rules = (route.get("spec") or {}).get("rules") or []
+    return sorted((str(ref.get("name")), int(ref.get("weight", 1)))
+                  for rule in rules for ref in rule.get("backendRefs") or [])
 
 
 def route_manifest(workload: Workload, weights: Sequence[tuple[str, int]],

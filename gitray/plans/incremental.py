@@ -33,6 +33,7 @@ from gitray.plans.gateway import (
     gateway_manifest,
     route_manifest,
     route_name,
+    route_refs,
     serve_port,
 )
 from gitray.plans.plan import Action, StepType
@@ -93,8 +94,7 @@ def forget_backend(ctx: Ctx, cluster: str) -> None:
     active = ctx.live.active
     if route is None or active is None or active == cluster:
         return
-    named = {str(ref.get("name")) for rule in route.spec.get("rules") or []
-             for ref in rule.get("backendRefs") or []}
+    named = {name for name, _ in route_refs({"spec": route.spec})}
     if cluster_serve_service_name(cluster) not in named:
         return
     manifest = route_manifest(ctx.workload, [(active, 100)], ctx.config.instance)

@@ -76,12 +76,5 @@ def absent_api_notes(plan: Plan, absent: Collection[str]) -> list[str]:
 def blocked_workloads(plan: Plan, absent: Collection[str]) -> dict[ObjectKey, list[str]]:
     """Each workload of ``plan`` that must not be started, with why: its steps need an
     apiVersion in ``absent``."""
-    blocked: dict[ObjectKey, list[str]] = {}
-    for w in plan.workloads:
-        reasons = []
-        missing = _absent_reason(w, absent, "")
-        if missing:
-            reasons.append(missing)
-        if reasons:
-            blocked[w.key] = reasons
-    return blocked
+    return {w.key: [missing] for w in plan.workloads
+            if (missing := _absent_reason(w, absent, ""))}

@@ -18,8 +18,9 @@ import pytest
 
 from gitray.core.errors import Aborted, AnalysisFailed, TerminalError
 from gitray.core.waits import Clock, Deadline
-from gitray.engine.traffic import Traffic, capacity_config, route_accepted, route_refs
+from gitray.engine.traffic import Traffic, capacity_config, route_accepted
 from gitray.engine.upgradecontrol import Control
+from gitray.plans.gateway import route_refs
 from gitray.plans.plan import Step, StepType
 from tests.unit.test_gateway_metrics import exposition
 
