@@ -16,11 +16,10 @@
 - Tests marked `own_node` start an environment with the real node of their own; they are run
   first (the session's environment holds the machine's one real node from its start to the end
   of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
-- Tests marked `gateway` need Traefik and the Gateway API CRDs, an opt-in build
-  (`scripts/testenv build --gateway`, ~15 min cold): scripts/test deselects them
-  (`-m "not soak and not gateway"`); run them with `python3 -m pytest -m gateway
-  tests/integration` (docs/testenv.md). When one is selected, the session's environment is
-  started with `up --gateway`; the `gateway` fixture gives Traefik's `web` and `metrics` URLs.
+- Tests marked `gateway` need Traefik and the Gateway API CRDs (part of `scripts/testenv
+  build`; they run in scripts/test with the rest, alone with `scripts/test-gateway`). When one
+  is selected, the session's environment is started with `up --gateway`; the `gateway` fixture
+  gives Traefik's `web` and `metrics` URLs.
 - `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the
   Ray pod runner, which runs Ray heads on the host: what bench/ uses), for the runner's tests;
   `kwok_namespace` (function): a fresh namespace in it.
@@ -85,7 +84,7 @@ def gateway(testenv: TestEnv) -> dict[str, str]:
     traefik = testenv.state.components.get("traefik")
     if not traefik:
         pytest.fail(f"the test environment in {testenv.state.dir} has no Gateway: run "
-                    "scripts/testenv build --gateway (and up --gateway for a reused one)")
+                    "scripts/testenv build (and up --gateway for a reused one)")
     return {"web": str(traefik["web"]), "metrics": str(traefik["metrics"])}
 
 

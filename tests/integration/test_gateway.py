@@ -1,8 +1,8 @@
 """The test environment's Gateway (``scripts/testenv up --gateway``): what the incremental
-upgrade's tests will stand on. Marked ``gateway``: it needs the opt-in Traefik build
-(``scripts/testenv build --gateway``), so scripts/test deselects it; run it with
-``scripts/test-gateway`` (docs/testenv.md). The incremental upgrades themselves, with requests
-through Traefik: tests/integration/test_incremental.py."""
+upgrade's tests will stand on. Marked ``gateway``: its environment starts with Traefik
+(``up --gateway``); part of scripts/test, alone with ``scripts/test-gateway``
+(docs/testenv.md). The incremental upgrades themselves, with requests through Traefik:
+tests/integration/test_incremental.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Soak (issue 6, item 10): a bounded run of repeated commits against real `gitray sync`
 replicas with a leader fault every few minutes. Not part of scripts/test: every test here is
-marked ``soak`` (scripts/test deselects it with ``-m "not soak and not gateway"``); run it with
+marked ``soak`` (scripts/test deselects it with ``-m "not soak"``); run it with
 ``scripts/soak``.
 
 The cycle of commits: an upgrade (new cluster, blue-green), a Serve-only change, a failing

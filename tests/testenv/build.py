@@ -16,8 +16,8 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/build.log     full output of every go command
     <root>/<key>/src/          throwaway modules used for the builds
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
-                               by their own versions (tests/testenv/traefik.py); opt-in
-                               (``build --gateway``), never needed by ``Layout.complete``
+                               by their own versions (tests/testenv/traefik.py); built last
+                               by ``main``, needed only by ``up --gateway``
 
 ``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
 """
@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.testenv.timings import note_build
 
 # Preferred version first; later entries are fallbacks used only when the proxy does not serve
 # the earlier ones (probed with `go mod download`). ray-operator v1.7.0 has a .mod but its zip is
@@ -382,6 +384,7 @@ def ensure_debian_packages(log: Path) -> None:
     missing = debian_missing()
     if not missing:
         print(f"Debian packages ({', '.join(DEBIAN_PACKAGES)}): installed", flush=True)
+        note_build("debian-packages", None)
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         raise BuildError(f"Debian packages missing: {missing} (need root and apt-get: "
@@ -398,6 +401,7 @@ def ensure_debian_packages(log: Path) -> None:
             if proc.returncode != 0:
                 raise BuildError(f"{' '.join(args)} failed ({proc.returncode}); see {log}")
     print(f"Debian packages {missing}: installed in {time.monotonic() - t0:.0f}s", flush=True)
+    note_build("debian-packages", time.monotonic() - t0)
 
 
 def _extract_files(lay: Layout) -> None:
@@ -472,6 +476,7 @@ def _ray_image(lay: Layout, timings: dict[str, float]) -> None:
         raise BuildError(str(exc)) from None
     timings["ray-image"] = round(time.monotonic() - t0, 1)
     print(f"Ray image: built in {timings['ray-image']:.0f}s", flush=True)
+    note_build("ray-image", timings["ray-image"])
 
 
 def build(root: Path | None = None) -> Layout:
@@ -510,6 +515,7 @@ def build(root: Path | None = None) -> Layout:
             except gitray_image.ImageError as exc:
                 raise BuildError(f"gitray image: {exc}") from None
             timings["gitray-image"] = round(time.monotonic() - t0, 1)
+            note_build("gitray-image", timings["gitray-image"])
     ray_lane = _Lane("images", image_lane)
     if not (ray_cached and gitray_cached):
         ray_lane.start()
@@ -519,6 +525,7 @@ def build(root: Path | None = None) -> Layout:
             label = f"{module}@{lay.versions[name]} -> {', '.join(outputs)}"
             if all(lay.binary(o).is_file() for o in outputs):
                 print(f"{label}: cached", flush=True)
+                note_build(name, None)
                 continue
             if shutil.which("go") is None:
                 raise BuildError(f"`go` is not on PATH (needed to build {label})")
@@ -527,6 +534,7 @@ def build(root: Path | None = None) -> Layout:
             step(lay, run)
             timings[name] = round(time.monotonic() - t0, 1)
             print(f"{label}: built in {timings[name]:.0f}s", flush=True)
+            note_build(name, timings[name])
         if not all((lay.crds / c).is_file() for c in CRD_NAMES) or not all(
             (lay.stages / Path(s).name).is_file() for s in KWOK_STAGES
         ):
@@ -548,8 +556,10 @@ def build(root: Path | None = None) -> Layout:
         ray_lane.join()  # a failed compile still lets the image finish (the cache keeps it)
     if ray_cached:
         print(f"Ray image {', '.join(images.RAY_TAGS)}: cached")
+        note_build("ray-image", None)
     if gitray_cached:
         print(f"gitray image {gitray_image.image_tag()}: cached")
+        note_build("gitray-image", None)
     ray_lane.reraise()
     versions = {
         "modules": {
@@ -566,22 +576,20 @@ def build(root: Path | None = None) -> Layout:
     return lay
 
 
-def main(gateway: bool = False, gateway_only: bool = False) -> int:
-    """``scripts/testenv build``: the environment (``build``), and with ``gateway`` also
-    Traefik and the Gateway API CRDs, opt-in because Traefik's cold compile takes about 15
-    minutes (docs/testenv.md); ``gateway_only``: only those. Plain ``build`` (what scripts/test
-    and .ci/run call) neither builds Traefik nor fetches its modules."""
+def main(gateway_only: bool = False) -> int:
+    """``scripts/testenv build``: the environment (``build``), then Traefik and the Gateway API
+    CRDs (``traefik.build_gateway``: a wheel and a module's files, nothing compiled);
+    ``gateway_only``: only those."""
     t0 = time.monotonic()
     try:
         if not gateway_only:
             lay = build()
             print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
-        if gateway or gateway_only:
-            from tests.testenv.traefik import build_gateway
+        from tests.testenv.traefik import build_gateway
 
-            gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))
-            print(f"Traefik and the Gateway API CRDs ready in {gl.traefik_dir}, {gl.crds} "
-                  f"[{time.monotonic() - t0:.0f}s]")
+        gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))
+        print(f"Traefik and the Gateway API CRDs ready in {gl.traefik_dir}, {gl.crds} "
+              f"[{time.monotonic() - t0:.0f}s]")
     except BuildError as exc:
         print(f"testenv build FAILED: {exc}", file=sys.stderr)
         return 1

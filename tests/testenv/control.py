@@ -272,7 +272,7 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
         raise EnvError(
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
-    if gateway:  # opt-in build: refused here, before anything starts, not half-way up
+    if gateway:  # a cache from before Traefik was built: refused here, not half-way up
         from tests.testenv import gatewayenv, traefik
 
         gatewayenv.require_built(traefik.GatewayLayout(lay.root))

@@ -55,10 +55,10 @@ def crd_names(files: list[Path]) -> list[str]:
 
 
 def require_built(gl: GatewayLayout) -> None:
-    """Raise EnvError, in one line naming the command, unless ``build --gateway`` ran."""
+    """Raise EnvError, in one line naming the command, unless ``build`` installed them."""
     if not gl.complete():
         raise control.EnvError(f"Traefik or the Gateway API CRDs are not built (in "
-                               f"{gl.root}); run: scripts/testenv build --gateway")
+                               f"{gl.root}); run: scripts/testenv build")
 
 
 def traefik_args(binary: Path, address: str, admin_port: int) -> list[str]:

@@ -324,7 +324,7 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
     """A running environment and its state dir: the one in ``reuse`` (never stopped here), or
     one started in a fresh temp dir and stopped on exit. Its dir (with every component's log,
     for a failed run's post-mortem) stays unless ``keep_logs`` is False. With ``gateway``,
-    one with Traefik and the Gateway API CRDs (``up --gateway``; opt-in build).
+    one with Traefik and the Gateway API CRDs (``up --gateway``).
 
     Raises EnvUnavailable with an actionable message; fixtures turn it into a failure, never
     a skip."""
@@ -336,7 +336,7 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
                                  f"--state-dir {reuse})")
         if gateway and "traefik" not in state.components:
             raise EnvUnavailable(f"GITRAY_TESTENV_STATE={reuse} was started without the "
-                                 f"Gateway (run: scripts/testenv build --gateway, then "
+                                 f"Gateway (run: scripts/testenv build, then "
                                  f"scripts/testenv up --gateway --state-dir {reuse})")
         env = TestEnv(state)
         try:

