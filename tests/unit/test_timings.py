@@ -1,0 +1,64 @@
+"""The timing summary of scripts/test (tests/testenv/timings.py): per-module seconds and
+outcomes from pytest's reports, build components, and the plain closing line that CI reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.testenv import timings
+
+
+@dataclass
+class Report:
+    nodeid: str
+    when: str
+    outcome: str
+    duration: float
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+
+def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(timings.ENV_VAR, str(tmp_path))
+    fresh = type(timings._MODULES)(timings._MODULES.default_factory)
+    monkeypatch.setattr(timings, "_MODULES", fresh)
+    reports = [
+        # a passing test whose setup started the environment (40 s)
+        Report("tests/integration/test_a.py::t1", "setup", "passed", 40.0),
+        Report("tests/integration/test_a.py::t1", "call", "passed", 5.0),
+        Report("tests/integration/test_a.py::t1", "teardown", "passed", 1.0),
+        # a failing test, an error in setup, a skip
+        Report("tests/integration/test_a.py::t2", "setup", "passed", 0.0),
+        Report("tests/integration/test_a.py::t2", "call", "failed", 2.0),
+        Report("tests/unit/test_b.py::t3", "setup", "failed", 0.5),
+        Report("tests/unit/test_b.py::t4", "setup", "skipped", 0.0),
+    ]
+    for r in reports:
+        timings.pytest_runtest_logreport(r)
+    timings.pytest_sessionfinish(None, 1)
+    data = json.loads((tmp_path / "pytest.json").read_text())
+    assert data["modules"]["tests/integration/test_a.py"] == {"seconds": 48.0, "passed": 1,
+                                                              "failed": 1}
+    assert data["modules"]["tests/unit/test_b.py"] == {"seconds": 0.5, "failed": 1,
+                                                       "skipped": 1}
+    (tmp_path / "phases.tsv").write_text("build\t700\t0\npytest\t60\t1\n")
+    timings.note_build("etcd", 112.04)
+    timings.note_build("kwok", None)
+    lines = timings.summary(tmp_path, 800)
+    text = "\n".join(lines)
+    assert "  etcd" in text and "112" in text and "cached" in text
+    assert "(exit 1)" in text
+    slowest = [line for line in lines if line.startswith("  tests/")]
+    assert slowest[0].split()[0] == "tests/integration/test_a.py"
+    assert lines[-1] == "pytest: 1 passed, 2 failed, 1 skipped"
