@@ -2,8 +2,11 @@
 
 Runs ``bench/run --tiny`` (every benchmark at the smallest sizes, a few minutes: the upgrade
 benchmark starts two real Ray heads) and checks that each benchmark produced numbers. No
-timing is asserted. Uses the environment in $GITRAY_TESTENV_STATE when one runs there,
-otherwise starts and stops its own.
+timing is asserted. Starts and stops an environment of its own without the real node (the
+benchmarks run Ray heads through kwok and the Ray pod runner; their upgrade changes the image
+to a tag only the runner knows, which the real node cannot pull), or uses the one in
+$GITRAY_BENCH_STATE when set — never the suite's $GITRAY_TESTENV_STATE, which has the real
+node.
 
     python -m pytest bench/smoke_test.py
 """
@@ -21,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_bench_run_tiny_produces_numbers(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    state = os.environ.get("GITRAY_TESTENV_STATE") or str(tmp_path / "env")
+    state = os.environ.get("GITRAY_BENCH_STATE") or str(tmp_path / "env")
     r = subprocess.run([sys.executable, str(REPO / "bench" / "run"), "--tiny",
                         "--state-dir", state], cwd=REPO, capture_output=True, text=True,
                        timeout=2400, env={**os.environ, "GITRAY_BENCH_OUT": str(out)},

@@ -352,7 +352,7 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
         raise EnvUnavailable(str(exc)) from None
     if not lay.complete():
         raise EnvUnavailable(f"test environment not built (incomplete {lay.dir}); "
-                             "run: scripts/testenv build" + (" --gateway" if gateway else ""))
+                             "run: scripts/testenv build")
     if gateway:
         from tests.testenv import gatewayenv, traefik
 

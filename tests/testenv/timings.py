@@ -5,10 +5,12 @@
 - ``phases.tsv``  ``<phase> <seconds> <exit code>`` per step of scripts/test (``phase``);
 - ``build.tsv``   ``<component> <seconds|cached>`` per component of ``scripts/testenv build``
                   (``note_build``, called by tests/testenv/build.py and traefik.py);
-- ``pytest.json`` per test module: seconds (setup + call + teardown of its tests, so a
-                  session fixture's start-up counts in the first module that needs it) and
+- ``pytest-<pid>.json`` per test module: seconds (setup + call + teardown of its tests, so
+                  a session fixture's start-up counts in the first module that needs it) and
                   outcomes, written by this module loaded as a pytest plugin
-                  (``-p tests.testenv.timings``).
+                  (``-p tests.testenv.timings``), one file per pytest run (scripts/test runs
+                  pytest in phases); with pytest-xdist, by the controller, which receives
+                  every worker's reports.
 
 ``python3 -m tests.testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
 plain ``pytest: N passed, N failed[, N skipped]`` line when pytest ran. Nothing here asserts a
@@ -61,12 +63,12 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     where = _dir()
-    if where is None:
+    if where is None or hasattr(session.config, "workerinput"):  # an xdist worker
         return
     data = {"wall_seconds": round(time.monotonic() - _STARTED, 1), "exit": int(exitstatus),
             "modules": {m: {k: round(v, 1) for k, v in row.items()}
                         for m, row in sorted(_MODULES.items())}}
-    (where / "pytest.json").write_text(json.dumps(data, indent=1) + "\n")
+    (where / f"pytest-{os.getpid()}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
 # ---- the summary ------------------------------------------------------------------------------
@@ -82,24 +84,30 @@ def summary(where: Path, total: float) -> list[str]:
     out = ["", "==> timing summary (seconds)"]
     for name, seconds, code in _rows(where / "phases.tsv"):
         status = "" if code == "0" else f"  (exit {code})"
+        if code == "5" and name.startswith("pytest"):
+            status = "  (no test selected)"
         out.append(f"{name:<44} {float(seconds):>8.0f}{status}")
         if name == "build" and (where / "build.tsv").is_file():
             for component, took in _rows(where / "build.tsv"):
                 shown = "cached" if took == "cached" else f"{float(took):.0f}"
                 out.append(f"  {component:<42} {shown:>8}")
     counts: dict[str, int] = defaultdict(int)
-    pytest_file = where / "pytest.json"
-    if pytest_file.is_file():
-        data = json.loads(pytest_file.read_text())
-        modules = data["modules"]
-        out.append(f"pytest per module ({len(modules)} modules, slowest first)")
+    runs = sorted(where.glob("pytest-*.json"))
+    modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for run in runs:  # a module can have tests in two runs (e.g. its own_node test apart)
+        for module, row in json.loads(run.read_text())["modules"].items():
+            for key, value in row.items():
+                modules[module][key] += value
+    if runs:
+        out.append(f"pytest per module ({len(modules)} modules, slowest first; seconds in the "
+                   "module's tests, lanes overlap)")
         for module, row in sorted(modules.items(), key=lambda kv: -kv[1].get("seconds", 0)):
             tests = int(sum(v for k, v in row.items() if k != "seconds"))
             out.append(f"  {module:<58} {row.get('seconds', 0):>6.0f}  ({tests} tests)")
             for outcome in ("passed", "failed", "skipped"):
                 counts[outcome] += int(row.get(outcome, 0))
     out.append(f"{'total':<44} {total:>8.0f}  ({total / 60:.1f} min)")
-    if pytest_file.is_file():
+    if runs:
         line = f"pytest: {counts['passed']} passed, {counts['failed']} failed"
         if counts["skipped"]:
             line += f", {counts['skipped']} skipped"

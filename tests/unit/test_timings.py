@@ -12,6 +12,10 @@ import pytest
 from tests.testenv import timings
 
 
+class Session:
+    config = object()  # the controller's (an xdist worker's config has workerinput)
+
+
 @dataclass
 class Report:
     nodeid: str
@@ -46,8 +50,9 @@ def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
     ]
     for r in reports:
         timings.pytest_runtest_logreport(r)
-    timings.pytest_sessionfinish(None, 1)
-    data = json.loads((tmp_path / "pytest.json").read_text())
+    timings.pytest_sessionfinish(Session(), 1)
+    [written] = tmp_path.glob("pytest-*.json")
+    data = json.loads(written.read_text())
     assert data["modules"]["tests/integration/test_a.py"] == {"seconds": 48.0, "passed": 1,
                                                               "failed": 1}
     assert data["modules"]["tests/unit/test_b.py"] == {"seconds": 0.5, "failed": 1,
