@@ -425,6 +425,7 @@ class Daemon:
             changing = sum(1 for w in plan.workloads if w.steps)
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
         executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
+                                        desired.sensitive,
                                         superseded=self._newer_commit(sha, snapshot))
         outcomes = executor.run_plan(plan, resume=resume)
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions

@@ -28,6 +28,7 @@ from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
+from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
@@ -52,6 +53,11 @@ class Desired:
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
+
+    @property
+    def sensitive(self) -> SensitiveValues:
+        """The sensitive values of this revision, by the digest plans refer to them."""
+        return SensitiveValues.of(self.workloads, self.config.sensitive_fields)
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
@@ -178,7 +184,8 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        return wiring.executor(desired.config, progress, reporter).run_plan(plan, resume=resume)
+        return wiring.executor(desired.config, progress, reporter,
+                               desired.sensitive).run_plan(plan, resume=resume)
     finally:
         lease.stop_renewing()
         lease.release()

@@ -39,6 +39,7 @@ from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.sensitive import redact_plan, rules_for
 
 __all__ = ["Planner", "compute_plan", "order_key"]
 
@@ -156,6 +157,13 @@ class Planner:
 
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
               now: datetime, exact: bool) -> WorkloadPlan:
+    # no sensitive value (Secret data, sensitiveFields) leaves the planner
+    wp = _plan_kind(key, workload, live, config, now, exact)
+    return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
+
+
+def _plan_kind(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
+               now: datetime, exact: bool) -> WorkloadPlan:
     owned = live.owned_by(key)
     if key.kind == Kind.RAY_SERVICE:
         return plan_rayservice(key, workload, owned, config, now, exact)

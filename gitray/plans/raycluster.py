@@ -8,6 +8,7 @@ worker ``replicas`` under in-tree autoscaling are never compared.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from gitray.plans.names import (
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
 
-__all__ = ["plan_object", "plan_raycluster"]
+__all__ = ["compared_content", "plan_object", "plan_raycluster", "secret_as_stored"]
 
 
 def _compared_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +76,45 @@ def plan_raycluster(
                         changes if steps else ())
 
 
+def compared_content(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What of an object's body is compared: all but apiVersion, kind, metadata and status; a
+    Secret's ``stringData`` as the API server stores it (base64 in ``data``), so a Secret
+    written with ``stringData`` does not differ from its live form for ever."""
+    content = {k: v for k, v in body.items()
+               if k not in {"apiVersion", "kind", "metadata", "status"}}
+    if body.get("kind") == "Secret":
+        content = secret_as_stored(content)
+    return content
+
+
+def secret_as_stored(content: Mapping[str, Any]) -> dict[str, Any]:
+    """A Secret's ``data`` and ``stringData`` merged as the API server stores them: one
+    ``data`` map of canonical base64 (``stringData`` wins on a key both set)."""
+    out = {k: v for k, v in content.items() if k not in {"data", "stringData"}}
+    data: dict[str, Any] = {}
+    for key, value in (content.get("data") or {}).items():
+        data[key] = _canonical_base64(value)
+    for key, value in (content.get("stringData") or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode() if value is not None \
+            else None
+    if data or "data" in content or "stringData" in content:
+        out["data"] = data
+    return out
+
+
+def _canonical_base64(value: Any) -> Any:
+    """``value`` re-encoded as the API server returns it (it may be written with line
+    breaks or without padding); left as it is when it is not base64 (the server refuses it)."""
+    if not isinstance(value, str):
+        return value
+    text = "".join(value.split())
+    try:
+        return base64.b64encode(base64.b64decode(text + "=" * (-len(text) % 4),
+                                                 validate=True)).decode()
+    except ValueError:
+        return value
+
+
 def plan_object(
     key: ObjectKey,
     workload: Workload | None,
@@ -94,10 +134,8 @@ def plan_object(
                   f"create {key.kind} {key.name}")
         return WorkloadPlan(key, Action.CREATE, workload.wave, steps.build(), workload.source,
                             spec_hash)
-    desired = {k: v for k, v in workload.manifest.items()
-               if k not in {"apiVersion", "kind", "metadata", "status"}}
-    current = {k: v for k, v in live.body.items()
-               if k not in {"apiVersion", "kind", "metadata", "status"}}
+    desired = compared_content(workload.manifest)
+    current = compared_content(live.body)
     drift = subset_changes(desired, current)
     changes = full_changes(desired, current) if exact else drift
     if live.annotations.get(ANN_SPEC_HASH) != spec_hash or drift:

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from gitray.core.model import JSON
 from gitray.plans.plan import Action, FieldChange, Plan, Step, StepType, WorkloadPlan, plan_to_json
+from gitray.plans.sensitive import SENSITIVE
 
 __all__ = ["COMMENT_MARKER", "Format", "describe_step", "render", "summary_line"]
 
@@ -145,6 +146,10 @@ def _value(value: JSON) -> str:
 
 
 def _change_line(change: FieldChange) -> str:
+    if SENSITIVE in (change.before, change.after):  # never a value, only that it changed
+        marker = "+" if change.before is None else "-" if change.after is None else "~"
+        what = f"{SENSITIVE[:-1]} changed)" if marker == "~" else SENSITIVE
+        return f"{marker} {change.path}: {what}"
     if change.before is None:
         return f"+ {change.path}: {_value(change.after)}"
     if change.after is None:
