@@ -34,6 +34,7 @@ from gitray.core.config import Config
 from gitray.core.errors import ValidationError
 from gitray.core.livestore import batch_namespace
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
+from gitray.plans.inputs import explain_inputs, with_inputs
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
@@ -94,7 +95,7 @@ class Planner:
         self._config, self._now, self._exact = config, now, exact
         self._absent_apis = absent_apis
         self._by_ns: dict[str, dict[ObjectKey, Workload]] = {}
-        for w in desired:
+        for w in with_inputs(desired):  # what the pods use is part of the spec
             self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
         # an empty revision prunes nothing unless allowed; prune: false never prunes
         self._prune = (bool(desired) or config.allow_empty) and config.prune
@@ -158,7 +159,7 @@ class Planner:
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
               now: datetime, exact: bool) -> WorkloadPlan:
     # no sensitive value (Secret data, sensitiveFields) leaves the planner
-    wp = _plan_kind(key, workload, live, config, now, exact)
+    wp = explain_inputs(_plan_kind(key, workload, live, config, now, exact))
     return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
 
 

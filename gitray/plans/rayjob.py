@@ -7,8 +7,12 @@ retention count are deleted, oldest first; a superseded run still going is left 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gitray.core.config import Config
-from gitray.core.model import LiveObject, ObjectKey, Workload
+from gitray.core.model import Kind, LiveObject, ObjectKey, Workload
+from gitray.plans.inputs import changed_inputs, inputs_annotation, used
 from gitray.plans.manifests import job_manifest
 from gitray.plans.plan import Action, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
@@ -25,6 +29,14 @@ def job_finished(job: LiveObject) -> bool:
 
 def _created(job: LiveObject) -> str:
     return str(job.metadata.get("creationTimestamp") or "")
+
+
+def _why_new(latest: LiveObject, manifest: Mapping[str, Any]) -> str:
+    """Why the spec's run is not the latest one: what its pods use changed, or its spec."""
+    kind = Kind.RAY_JOB.value
+    changed = changed_inputs(inputs_annotation(kind, latest.spec),
+                             inputs_annotation(kind, manifest["spec"]))
+    return f"{used(changed)} changed" if changed else "the spec changed"
 
 
 def plan_rayjob(
@@ -44,8 +56,11 @@ def plan_rayjob(
     notes: list[str] = []
     action = Action.NOOP
     if current is None:
+        why = _why_new(runs[-1], manifest) if runs else ""
+        if why:
+            notes.append(f"a new run because {why}")
         steps.add(StepType.CREATE_JOB, name, {"manifest": manifest},
-                  f"start run {name} of {key.name}" + (" (the spec changed)" if runs else ""))
+                  f"start run {name} of {key.name}" + (f" ({why})" if why else ""))
         steps.add(StepType.WAIT_JOB, name,
                   {"job": name, "timeoutSeconds": config.rayjob.timeout_s},
                   "wait for the run to finish")
