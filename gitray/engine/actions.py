@@ -132,18 +132,20 @@ class Actions:
                                            "(a finalizer may be stuck)"))
 
     def _await_change(self, api: str, kind: str, ns: str, name: str, rv: str,
-                      seconds: float) -> None:
-        """Block until the object changes (watch event) or ``seconds`` pass."""
+                      seconds: float) -> dict[str, Any] | None:
+        """Block until the object changes (watch event) or ``seconds`` pass; the object as
+        that event showed it (a deleted object's last state), None without an event."""
         timeout = max(1, int(min(seconds, 10)))
         started = self.clock.monotonic()
         try:
-            for _ in self.kube.watch(api, kind, ns, field_selector=f"metadata.name={name}",
-                                     resource_version=rv, timeout_s=timeout):
-                return
+            for _, obj in self.kube.watch(api, kind, ns, field_selector=f"metadata.name={name}",
+                                          resource_version=rv, timeout_s=timeout):
+                return obj
         except TransientError:
             pass
         if self.clock.monotonic() - started < 0.5:  # watch unavailable: don't spin
             self.clock.sleep(1.0)
+        return None
 
     # ---- clusters -----------------------------------------------------------------------
 
@@ -381,17 +383,23 @@ class Actions:
 
         def attempt() -> str | None:
             job = self.kube.get_or_none(API_VERSION_RAY, "RayJob", ns, step.target)
-            if job is None:
-                raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+            gone = job is None
+            if job is None:  # KubeRay deletes a finished run with a DeleteSelf rule
+                if deployment() not in TERMINAL_DEPLOYMENT_STATUSES:
+                    raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+                job = dict(seen)
             seen.clear()
             seen.update(job)
             status = job.get("status") or {}
-            deployment = status.get("jobDeploymentStatus")
-            if deployment in TERMINAL_DEPLOYMENT_STATUSES:
-                if deployment == "Failed" or status.get("jobStatus") in {"FAILED", "STOPPED"}:
-                    why = status.get("message") or status.get("reason") or deployment
+            deployment_status = status.get("jobDeploymentStatus")
+            if deployment_status in TERMINAL_DEPLOYMENT_STATUSES:
+                if deployment_status == "Failed" or status.get("jobStatus") in {"FAILED",
+                                                                                 "STOPPED"}:
+                    why = status.get("message") or status.get("reason") or deployment_status
                     raise TerminalError(f"run {step.target} failed: {why}")
-                return f"run {step.target} finished: {status.get('jobStatus') or deployment}"
+                after = " (then KubeRay deleted it)" if gone else ""
+                return (f"run {step.target} finished: "
+                        f"{status.get('jobStatus') or deployment_status}{after}")
             return None
 
         def deployment() -> str:
@@ -400,7 +408,10 @@ class Actions:
         def wait(left: float) -> None:
             report(f"run is {deployment() or 'starting'}, {deadline.elapsed():.0f} s")
             rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
-            self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
+            changed = self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
+            if changed and changed.get("status"):  # its last state, should it be deleted next
+                seen.clear()
+                seen.update(changed)
 
         return poll(attempt, deadline, wait=wait,
                     timeout=lambda: TerminalError(f"run {step.target} not finished after "

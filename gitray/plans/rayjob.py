@@ -44,7 +44,11 @@ def plan_rayjob(
     workload: Workload | None,
     owned: tuple[LiveObject, ...],
     config: Config,
+    remembered: Mapping[str, str],
 ) -> WorkloadPlan:
+    """``remembered``: run name -> outcome of the runs gitray started for ``key`` (from its
+    run record); a remembered run that is no longer live (KubeRay deleted it when it finished,
+    ``deletionStrategy``) stays done."""
     runs = sorted((o for o in owned if o.kind == key.kind), key=lambda j: (_created(j), j.name))
     if workload is None:
         return removal_plan(key, runs, StepType.DELETE_JOB, wave_from=owned)
@@ -55,7 +59,11 @@ def plan_rayjob(
     current = next((r for r in runs if r.name == name), None)
     notes: list[str] = []
     action = Action.NOOP
-    if current is None:
+    if current is None and name in remembered:
+        notes.append(f"run {name} was started before and is gone (KubeRay deletes it when it "
+                     f"finishes, by its deletionStrategy); recorded outcome: "
+                     f"{remembered[name]}; it is not run again")
+    elif current is None:
         why = _why_new(runs[-1], manifest) if runs else ""
         if why:
             notes.append(f"a new run because {why}")
