@@ -13,19 +13,45 @@ from collections.abc import Mapping
 from typing import Any
 
 from gitray.core.config import Config
-from gitray.core.model import ANN_SPEC_HASH, LiveObject, ObjectKey, Workload
+from gitray.core.model import (
+    ANN_SPEC_HASH,
+    ANN_TEMPLATE_HASH,
+    LiveObject,
+    ObjectKey,
+    Workload,
+)
 from gitray.plans.diff import full_changes, subset_changes
 from gitray.plans.manifests import cluster_manifest, object_manifest
 from gitray.plans.names import (
+    UPGRADE_RECREATE,
     autoscaling_enabled,
     blank_autoscaler_fields,
     cluster_spec_hash,
     object_spec_hash,
+    recreates_pods,
+    template_hash,
+    template_view,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
 
-__all__ = ["compared_content", "plan_object", "plan_raycluster", "secret_as_stored"]
+__all__ = ["TEMPLATE_WARNING", "compared_content", "plan_object", "plan_raycluster",
+           "secret_as_stored"]
+
+
+TEMPLATE_WARNING = (
+    "the pod template changed, and KubeRay applies a template to pods it creates later only: "
+    "the running pods keep the old one until they are recreated; set "
+    f"spec.upgradeStrategy.type: {UPGRADE_RECREATE} to have KubeRay recreate them on such a "
+    "change, or delete the pods")
+
+
+def _template_changed(desired: Mapping[str, Any], live: LiveObject) -> bool:
+    """Whether the pods KubeRay would create differ from the running ones' template."""
+    applied = live.annotations.get(ANN_TEMPLATE_HASH)
+    if applied is not None:  # what gitray last applied
+        return applied != template_hash(desired)
+    return bool(subset_changes(template_view(desired), template_view(live.spec), "spec"))
 
 
 def _compared_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,9 +90,15 @@ def plan_raycluster(
         notes.append("worker replicas are owned by the Ray autoscaler and not compared")
     if changed_in_git or drift:
         reason = "spec changed in Git" if changed_in_git else "the cluster drifted from Git"
-        steps.add(StepType.UPDATE_CLUSTER, key.name,
-                  {"manifest": cluster_manifest(workload, config.instance),
-                   "preserveLiveReplicas": auto},
+        params: dict[str, Any] = {"manifest": cluster_manifest(workload, config.instance),
+                                  "preserveLiveReplicas": auto}
+        if _template_changed(workload.spec, live):
+            if recreates_pods(workload.spec):
+                params["recreatePods"] = True
+            else:
+                params["newPodsOnly"] = True
+                notes.append(f"WARNING: {TEMPLATE_WARNING}")
+        steps.add(StepType.UPDATE_CLUSTER, key.name, params,
                   f"{reason}: update RayCluster {key.name} in place")
         if not changes:
             changes = (FieldChange("metadata.annotations", "(older gitray-applied spec)",
