@@ -126,3 +126,15 @@ def test_a_submitter_pod_template_counts_too() -> None:
     job = replace(job, manifest={**job.manifest, "spec": spec})
     p = plan((job, V2), (job, V1))
     assert steps(p, "RayJob") == [StepType.CREATE_JOB, StepType.WAIT_JOB]
+
+
+def test_under_upgrade_strategy_none_the_refusal_names_the_configmap_not_its_digest() -> None:
+    from gitray.core.errors import ValidationError
+
+    svc = mounting(rayservice(upgrade="None"))
+    with pytest.raises(ValidationError) as e:
+        plan((svc, V2), (svc, V1))
+    (message,) = [d.message for d in e.value.diagnostics]
+    assert "a change of ConfigMap code (which its pods use) cannot be applied in place" \
+        in message
+    assert ANN_INPUTS not in message and "=" not in message
