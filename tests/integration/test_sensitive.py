@@ -116,7 +116,7 @@ def test_a_secret_does_not_drift_and_its_values_never_leave_gitray(
         wait_for(lambda: drift_passes(sync) >= passes + 3 or None, timeout=60,
                  what="3 drift passes")
         assert live_secret(testenv, ns)[1] == version, "the Secret was applied again"
-        assert sync.metric("gitray_steps_total", 'type="apply-object",result="ok"') == 1
+        assert sync.metric("gitray_steps_total", 'result="ok",type="apply-object"') == 1
 
         second = push(work, host, "new password", {"db.yaml": secret(ns, new, token)})
         wait_for(lambda: synced(sync, second) or None, timeout=120, what="second sync")
@@ -167,6 +167,11 @@ def test_a_secret_does_not_drift_and_its_values_never_leave_gitray(
     assert "gitray-run-" in channels["ConfigMaps (run records)"]
     assert "apply-object db" in channels["daemon log"]
     assert {s["state"] for s in host.store.statuses} >= {"pending", "success"}
+    # the search finds the values where they belong: in the Secret itself
+    stored = json.dumps(api.sanitize_for_serialization(testenv.core.read_namespaced_secret(
+        "db", ns)))
+    assert all(form in stored for form in forms([third, token])
+               if form not in (third, token))
     found = [f"{name}: {form[:6]}…" for name, text in channels.items()
              for form in forms(values) if form in text]
     assert not found, found
@@ -247,7 +252,7 @@ def test_a_rayjob_that_deletes_itself_runs_once(
                          extra=("--drift-every", "1"))
     try:
         wait_for(lambda: synced(sync, first) or None, timeout=600, what="the run")
-        assert sync.metric("gitray_steps_total", 'type="wait-job",result="ok"') == 1
+        assert sync.metric("gitray_steps_total", 'result="ok",type="wait-job"') == 1
         wait_for(lambda: not rayjobs(testenv, ns) or None, timeout=120,
                  what="KubeRay deleting the finished RayJob")
         passes = drift_passes(sync)
@@ -258,7 +263,7 @@ def test_a_rayjob_that_deletes_itself_runs_once(
         passes = drift_passes(sync)
         wait_for(lambda: drift_passes(sync) >= passes + 2 or None, timeout=120,
                  what="drift passes after the commit")
-        assert sync.metric("gitray_steps_total", 'type="create-job",result="ok"') == 1
+        assert sync.metric("gitray_steps_total", 'result="ok",type="create-job"') == 1
         assert not rayjobs(testenv, ns)
         logs = sync.logs()
         assert logs.count("create-job once-") == 1, logs[-3000:]
