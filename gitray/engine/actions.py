@@ -132,20 +132,18 @@ class Actions:
                                            "(a finalizer may be stuck)"))
 
     def _await_change(self, api: str, kind: str, ns: str, name: str, rv: str,
-                      seconds: float) -> dict[str, Any] | None:
-        """Block until the object changes (watch event) or ``seconds`` pass; the object as
-        that event showed it (a deleted object's last state), None without an event."""
+                      seconds: float) -> None:
+        """Block until the object changes (watch event) or ``seconds`` pass."""
         timeout = max(1, int(min(seconds, 10)))
         started = self.clock.monotonic()
         try:
-            for _, obj in self.kube.watch(api, kind, ns, field_selector=f"metadata.name={name}",
-                                          resource_version=rv, timeout_s=timeout):
-                return obj
+            for _ in self.kube.watch(api, kind, ns, field_selector=f"metadata.name={name}",
+                                     resource_version=rv, timeout_s=timeout):
+                return
         except TransientError:
             pass
         if self.clock.monotonic() - started < 0.5:  # watch unavailable: don't spin
             self.clock.sleep(1.0)
-        return None
 
     # ---- clusters -----------------------------------------------------------------------
 
@@ -410,10 +408,7 @@ class Actions:
         def wait(left: float) -> None:
             report(f"run is {deployment() or 'starting'}, {deadline.elapsed():.0f} s")
             rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
-            changed = self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
-            if changed and changed.get("status"):  # its last state, should it be deleted next
-                seen.clear()
-                seen.update(changed)
+            self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
 
         return poll(attempt, deadline, wait=wait,
                     timeout=lambda: TerminalError(f"run {step.target} not finished after "
