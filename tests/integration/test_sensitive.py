@@ -273,3 +273,57 @@ def test_a_rayjob_that_deletes_itself_runs_once(
     r = Gitray(testenv.kubeconfig, ns).run("status", "--repo", str(work.path))
     assert r.returncode == 0, output(r)
     assert "SUCCEEDED" in r.stdout and "(recorded; the RayJob is gone)" in r.stdout, output(r)
+
+
+def small_cluster(ns: str, name: str, revision: int, recreate: bool) -> str:
+    from tests.testenv.helpers import real_raycluster_spec
+
+    spec = real_raycluster_spec(workers=0)
+    head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["env"] = [*head["env"], {"name": "GITRAY_TEST_REVISION", "value": str(revision)}]
+    if recreate:
+        spec["upgradeStrategy"] = {"type": "Recreate"}
+    return dump({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                 "metadata": {"name": name, "namespace": ns}, "spec": spec})
+
+
+def test_a_raycluster_template_change_is_recreated_only_when_it_asks_for_it(
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    """The README's RayCluster table, checked against the real KubeRay operator: a pod-template
+    change recreates the pods under upgradeStrategy Recreate (as the plan says); without it the
+    plan warns, and the running head pod is indeed kept."""
+    ns = namespace
+    repo = GitOpsRepo(tmp_path / "repo")
+    gitray = Gitray(testenv.kubeconfig, ns)
+
+    def files(revision: int) -> dict[str, str | None]:
+        return {"keep.yaml": small_cluster(ns, "keep", revision, recreate=False),
+                "recreated.yaml": small_cluster(ns, "recreated", revision, recreate=True)}
+
+    repo.commit("clusters", {"gitray.yaml": gitray_config(namespace=ns), **files(1)})
+    r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert r.returncode == 0, output(r)
+
+    def head_uid(cluster: str) -> str | None:
+        pods = [p for p in testenv.cluster_pods(ns, cluster, "head")
+                if not p.metadata.deletion_timestamp]
+        return str(pods[0].metadata.uid) if len(pods) == 1 else None
+
+    before = {c: wait_for(lambda c=c: head_uid(c), timeout=120, what=f"{c} head pod")
+              for c in ("keep", "recreated")}
+    repo.commit("a template change", files(2))
+    r = gitray.run("plan", "--repo", str(repo.path), "--lease-namespace", ns)
+    assert r.returncode == 0, output(r)
+    assert f"RayCluster {ns}/keep will be updated (its running pods keep the old template)" \
+        in r.stdout, output(r)
+    assert "update RayCluster recreated: KubeRay recreates all its pods" in r.stdout, output(r)
+    assert [line for line in r.stdout.splitlines() if "WARNING" in line] == [
+        "      note: WARNING: the pod template changed, and KubeRay applies a template to pods "
+        "it creates later only: the running pods keep the old one until they are recreated; "
+        "set spec.upgradeStrategy.type: Recreate to have KubeRay recreate them on such a "
+        "change, or delete the pods"], output(r)
+    r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert r.returncode == 0, output(r)
+    wait_for(lambda: (head_uid("recreated") or before["recreated"]) != before["recreated"]
+             or None, timeout=180, what="KubeRay recreating the head pod of 'recreated'")
+    assert head_uid("keep") == before["keep"]  # KubeRay left the running pod alone
