@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--status-token-file", default=os.environ.get("GITRAY_STATUS_TOKEN_FILE"),
                     help="Git host token for --comment [else $GITRAY_STATUS_TOKEN]")
     cluster_args(pl)
+    lease_namespace_arg(pl)  # where the run records are: the runs gitray started
 
     ap = sub.add_parser("apply", help="apply a saved plan, or plan and apply a revision")
     ap.add_argument("plan_file", nargs="?", metavar="PLAN_FILE",

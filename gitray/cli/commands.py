@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from gitray.core.config import DashboardMode, parse_duration
-from gitray.core.errors import UserError, ValidationError
+from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.model import LiveState
 from gitray.core.snapshot import Snapshot
 from gitray.plans.load import LoadResult, load_snapshot
@@ -139,12 +139,18 @@ def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
 
 
 def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot) -> Plan:
-    from gitray.engine.apply import Desired, live_plan
+    from gitray.engine.apply import Desired, live_plan, read_records
     from gitray.k8s.client import Kube
 
     kube = Kube.connect(_kube_settings(args))
     try:
-        plan, _ = live_plan(kube, Desired(snapshot, result))
+        try:
+            records = read_records(kube, _lease_namespace(args), result.config)
+        except GitrayError as e:  # e.g. a CI identity that may not read the records
+            print(f"warning: run records not read ({e}): a RayJob run KubeRay deleted when "
+                  "it finished shows as a new run", file=sys.stderr)
+            records = []
+        plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
     finally:
         kube.close()
     return plan
@@ -224,6 +230,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         desired_from,
         execute,
         live_plan,
+        read_records,
         refuse_unappliable,
     )
     from gitray.engine.executor import Outcome
@@ -234,12 +241,13 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     desired = desired_from(_read(args.repo, args.revision), overrides)
     kube = Kube.connect(_kube_settings(args))
     try:
+        records = read_records(kube, _lease_namespace(args), desired.config)
         if args.plan_file:
             plan = _read_plan_file(args.plan_file)
-            check_saved_plan(plan, kube, desired)
+            check_saved_plan(plan, kube, desired, records)
             print(f"The saved plan {args.plan_file} is current; applying it.")
         else:
-            plan, _ = live_plan(kube, desired)
+            plan, _ = live_plan(kube, desired, records=records)
             sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
             refuse_unappliable(kube, plan)  # before asking (execute checks again)
             if plan.has_changes and not args.yes:

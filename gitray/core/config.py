@@ -109,6 +109,8 @@ class Config:
     supporting_kinds: tuple[str, ...] = ("ConfigMap",)
     instance: str = "gitray"  # value of gitray.io/instance; separates gitrays sharing a cluster
     max_parallel: int = 4
+    # path globs ([<Kind>:]<glob>) whose values plans never show (gitray.plans.sensitive)
+    sensitive_fields: tuple[str, ...] = ()
     rayservice: RayServiceSettings = field(default_factory=RayServiceSettings)
     rayjob: RayJobSettings = field(default_factory=RayJobSettings)
     status: StatusSettings = field(default_factory=StatusSettings)

@@ -6,7 +6,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +17,9 @@ from gitray.core.livestore import LiveStore
 from gitray.core.model import Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
-from gitray.engine.progress import Record, RunState
+from gitray.engine.fence import ReadOnly
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.record import remembered_runs
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
@@ -28,10 +30,12 @@ from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
+from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
-           "execute", "live_plan", "read_live", "read_live_store", "refuse_unappliable",
+           "execute", "live_plan", "read_live", "read_live_store", "read_records",
+           "refuse_unappliable",
            "resumable", "unappliable"]
 
 
@@ -52,6 +56,11 @@ class Desired:
     @property
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
+
+    @property
+    def sensitive(self) -> SensitiveValues:
+        """The sensitive values of this revision, by the digest plans refer to them."""
+        return SensitiveValues.of(self.workloads, self.config.sensitive_fields)
 
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
@@ -107,10 +116,11 @@ def read_live_store(kube: Kube, desired: Desired) -> LiveStore:
     return store
 
 
-def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None
-              ) -> tuple[Plan, float]:
+def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None, *,
+              records: Sequence[Record]) -> tuple[Plan, float]:
     """The plan against the live cluster, and the earliest persisted deletion deadline
-    (wall time; inf when none).
+    (wall time; inf when none). ``records``: the run records of the instance, for the runs
+    gitray started (a RayJob run KubeRay deleted when it finished stays done).
 
     Planned one batch (namespace) at a time from a :class:`LiveStore`: only one batch's
     objects are ever decoded, so memory does not grow with the whole live state. The plan
@@ -120,7 +130,8 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     # without the Gateway API CRDs an incremental RayService is still planned, with a note
     absent = absent_apis(kube, [GATEWAY_API]) if _incremental(desired) else frozenset()
     planner = Planner(desired.workloads, desired.config,
-                      now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent)
+                      now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent,
+                      remembered=remembered_runs(records))
     deadline = math.inf
     for batch in store.batches():
         live = store.take(batch)
@@ -131,13 +142,19 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     return plan, deadline
 
 
-def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
+def check_saved_plan(saved: Plan, kube: Kube, desired: Desired,
+                     records: Sequence[Record]) -> None:
     """Raise StalePlanError unless ``saved`` still describes what applying would do."""
-    replanned, _ = live_plan(kube, desired)
+    replanned, _ = live_plan(kube, desired, records=records)
     reasons = stale_reasons(saved, desired.revision, replanned)
     if reasons:
         raise StalePlanError("stale plan: " + "; ".join(reasons)
                              + ". Run gitray plan again and review the new plan.")
+
+
+def read_records(kube: Kube, lease_namespace: str, config: Config) -> list[Record]:
+    """The run records of ``config``'s instance, read without holding the Lease."""
+    return ProgressStore(kube, lease_namespace, config.instance, ReadOnly()).list()
 
 
 def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
@@ -166,19 +183,21 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
     lease.start_renewing()
     try:
         progress = wiring.progress(desired.config)
+        records = progress.list()
         if replan:
-            again, _ = live_plan(kube, desired)
-            if _steps(again) != _steps(plan) and not resumable(again, progress.list()):
+            again, _ = live_plan(kube, desired, records=records)
+            if _steps(again) != _steps(plan) and not resumable(again, records):
                 raise StalePlanError("the cluster changed while waiting for the Lease; "
                                      "run gitray apply again to see the new plan")
             plan = again
-        resume = resumable(plan, progress.list())
+        resume = resumable(plan, records)
         for key, record in sorted(resume.items()):
             step = record.plan.steps[record.cursor]
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        return wiring.executor(desired.config, progress, reporter).run_plan(plan, resume=resume)
+        return wiring.executor(desired.config, progress, reporter,
+                               desired.sensitive).run_plan(plan, resume=resume)
     finally:
         lease.stop_renewing()
         lease.release()
