@@ -114,3 +114,33 @@ def test_the_action_installs_gitray_from_its_own_checkout(
             action_checkout / "gitray/cli/ci.py").read_text()
         assert run.outputs["has-changes"] == "false" and run.outputs["workloads-changed"] == "0"
         assert host.comments("github", PR) == []
+
+
+def test_the_kubeconfig_input_plans_live_and_never_leaks(
+        tmp_path: Path, action_checkout: Path, wheelhouse: Path) -> None:
+    """With ``kubeconfig`` the plan is against the live cluster: here an API server that is
+    not listening, so the step fails with gitray's one line, the kubeconfig's token appears
+    nowhere, and its file is gone after the step."""
+    repo = tmp_path / "workspace"
+    shutil.copytree(EXAMPLES, repo)
+    git(repo, "init", "-q", "-b", "main")
+    base = commit_all(repo, "base")
+    secret = "kubeSecretToken0123456789"
+    kubeconfig = (
+        "apiVersion: v1\nkind: Config\ncurrent-context: ro\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9',"
+        " insecure-skip-tls-verify: true}}]\n"
+        f"users: [{{name: u, user: {{token: {secret}}}}}]\n"
+        "contexts: [{name: ro, context: {cluster: c, user: u}}]\n")
+    env = base_env(tmp_path, wheelhouse)
+    with GitHost(TOKEN) as host:
+        host.add_issue(PR)
+        run = pull_request(tmp_path, repo, base, host, env, action_checkout,
+                           kubeconfig=kubeconfig)
+    assert run.returncode == 1
+    assert [s.id for s in run.steps] == ["install", "plan"]
+    assert "gitray: error: discovering API resources: API server unreachable" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert secret not in run.stdout + run.stderr and TOKEN not in run.stdout + run.stderr
+    assert not (tmp_path / "runner-temp-0" / "gitray-kubeconfig").exists()
+    assert host.comments("github", PR) == []
