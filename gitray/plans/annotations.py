@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from gitray.core.model import Diagnostic, SourceLocation
 from gitray.plans.plan import Plan
+from gitray.plans.render import COMMENT_MARKER
 
 __all__ = [
     "CHECKS",
@@ -215,7 +216,7 @@ def sarif_report(findings: Sequence[Finding], version: str, prefix: str = "") ->
 def problems_markdown(errors: Sequence[Diagnostic], label: str, prefix: str = "") -> str:
     """The PR comment when a revision is invalid: no plan, every problem as ``path:line:col``."""
     n = len(errors)
-    out = ["<!-- gitray-plan -->", f"### gitray: {label} is invalid", "",
+    out = [COMMENT_MARKER, f"### gitray: {label} is invalid", "",
            f"**{n} problem{'s' if n != 1 else ''} found; nothing from this revision would be "
            "applied.**", "", "```text"]
     out += [f"{_path(d.location, prefix)}:{d.location.line}:{d.location.col}: "
