@@ -171,7 +171,7 @@ def run(ctx: CiContext, args: argparse.Namespace) -> int:
             raise SourceError(f"{e} - the base of the change must be in the clone (GitHub: "
                               "actions/checkout with fetch-depth: 0; GitLab: GIT_DEPTH: 0)"
                               ) from e
-    plan_file = Path(args.plan_out or tempfile.mkstemp(prefix="gitray-plan-", suffix=".json")[1])
+    plan_file = Path(args.plan_out) if args.plan_out else _temporary_file()
     argv = ["plan", "--repo", args.path, "--revision", args.revision, "--against", against,
             "--out", str(plan_file), "--color", "never"]
     if args.kubeconfig:
@@ -193,6 +193,12 @@ def run(ctx: CiContext, args: argparse.Namespace) -> int:
             out.write(render(plan, Format.MARKDOWN))
     _write_outputs(ctx, {**outputs_of(plan, against), "plan-json": str(plan_file)})
     return EXIT_OK
+
+
+def _temporary_file() -> Path:
+    fd, name = tempfile.mkstemp(prefix="gitray-plan-", suffix=".json")
+    os.close(fd)
+    return Path(name)
 
 
 def _parser() -> argparse.ArgumentParser:
