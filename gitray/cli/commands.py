@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.model import LiveState
@@ -55,16 +55,28 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _read(repo: str, revision: str | None) -> Snapshot:
-    from gitray.git.source import read_snapshot
+def _read(repo: str, revision: str | None, staged: bool = False) -> Snapshot:
+    from gitray.git.source import read_snapshot, read_staged
 
+    if staged:
+        if revision:
+            raise UserError("--staged reads Git's index: leave out --revision")
+        return read_staged(repo)
     return read_snapshot(repo, revision)
 
 
 def _load(repo: str, revision: str | None, overrides: dict[str, Any],
-          warn: bool = True) -> tuple[LoadResult, Snapshot]:
-    snapshot = _read(repo, revision)
+          warn: bool = True, report: str | None = None,
+          staged: bool = False) -> tuple[LoadResult, Snapshot]:
+    snapshot = _read(repo, revision, staged)
     result = load_snapshot(snapshot, overrides)
+    if report:  # --format github|codeclimate|sarif: errors and warnings in one report
+        from gitray.cli.reports import print_findings
+
+        print_findings(report, result.diagnostics, result.warnings, repo)
+        if result.diagnostics:
+            raise ValidationError(result.diagnostics, reported=True)
+        return result, snapshot
     for warning in result.warnings if warn else ():
         print(f"{warning.location}: warning: {warning.message}", file=sys.stderr)
     if result.diagnostics:
@@ -156,10 +168,16 @@ def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot)
     return plan
 
 
+def _report(args: argparse.Namespace) -> str | None:
+    return str(args.format) if args.format in REPORT_FORMATS else None
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    result, snapshot = _load(args.repo, args.revision, _overrides(args.set))
+    result, snapshot = _load(args.repo, args.revision, _overrides(args.set),
+                             report=_report(args), staged=args.staged)
     n = len(result.workloads)
-    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid")
+    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid",
+          file=sys.stderr if args.format in ("codeclimate", "sarif") else sys.stdout)
     return EXIT_OK
 
 
@@ -168,7 +186,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from gitray.plans.planner import compute_plan
 
     overrides = _overrides(args.set)
-    result, snapshot = _load(args.repo, args.revision, overrides)
+    result, snapshot = _load(args.repo, args.revision, overrides, report=_report(args))
     basis = _basis(args, overrides)
     if basis.announcement:
         print(basis.announcement, file=sys.stderr)
@@ -186,7 +204,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from e
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
-    sys.stdout.write(render(plan, Format(args.format), colour=colour))
+    if _report(args):
+        from gitray.cli.reports import print_plan
+
+        print_plan(args.format, plan, args.repo)
+    else:
+        sys.stdout.write(render(plan, Format(args.format), colour=colour))
     if args.comment:
         if args.pr is None:
             raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
