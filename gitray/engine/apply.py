@@ -14,14 +14,16 @@ from typing import Any
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
-from gitray.core.model import Kind, LiveState, ObjectKey, Workload
+from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import Record, RunState
+from gitray.engine.schemas import cluster_schemas
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
+from gitray.parsing.kuberay import packaged
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
@@ -29,6 +31,7 @@ from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.stale import stale_reasons
+from gitray.plans.transitions import transition_problems
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute", "live_plan", "read_live", "read_live_store", "refuse_unappliable",
@@ -62,8 +65,18 @@ def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
 
 
 def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
-                 memo: LoadMemo | None = None) -> Desired:
-    result = load_snapshot(snapshot, overrides, memo)
+                 memo: LoadMemo | None = None, kube: Kube | None = None) -> Desired:
+    """The validated revision; judged by the CRDs ``kube``'s cluster serves when given, else
+    by the packaged schemas of its ``kuberayVersion``."""
+    kuberay = None
+    if kube is not None:
+        try:
+            config = desired_config(snapshot, overrides)
+        except UserError:
+            config = None  # the load reports it, with its place
+        if config is not None:
+            kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
+    result = load_snapshot(snapshot, overrides, memo, kuberay)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)
@@ -122,10 +135,16 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     planner = Planner(desired.workloads, desired.config,
                       now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent)
     deadline = math.inf
+    by_key = {w.key: w for w in desired.workloads}
+    kuberay = desired.result.kuberay or packaged(desired.config.kuberay_version)
+    refused: list[Diagnostic] = []
     for batch in store.batches():
         live = store.take(batch)
         deadline = min(deadline, earliest_deadline(live))
+        refused += transition_problems(by_key, live.objects, kuberay)[0]
         planner.add([batch], live)
+    if refused:  # the API server would refuse these updates: nothing is applied
+        raise ValidationError(sorted(refused))
     plan = planner.finish(revision=desired.revision, against="live",
                           label=desired.snapshot.label)
     return plan, deadline
