@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -138,15 +138,21 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     by_key = {w.key: w for w in desired.workloads}
     kuberay = desired.result.kuberay or packaged(desired.config.kuberay_version)
     refused: list[Diagnostic] = []
+    unevaluated: list[Diagnostic] = []
     for batch in store.batches():
         live = store.take(batch)
         deadline = min(deadline, earliest_deadline(live))
-        refused += transition_problems(by_key, live.objects, kuberay)[0]
+        problems, warnings = transition_problems(by_key, live.objects, kuberay)
+        refused += problems
+        unevaluated += warnings
         planner.add([batch], live)
     if refused:  # the API server would refuse these updates: nothing is applied
         raise ValidationError(sorted(refused))
     plan = planner.finish(revision=desired.revision, against="live",
                           label=desired.snapshot.label)
+    if unevaluated:  # said, never taken as passed
+        notes = sorted({f"{w.location}: warning: {w.message}" for w in unevaluated})
+        plan = replace(plan, notes=(*plan.notes, *notes))
     return plan, deadline
 
 
