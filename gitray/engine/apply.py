@@ -142,7 +142,8 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     for batch in store.batches():
         live = store.take(batch)
         deadline = min(deadline, earliest_deadline(live))
-        problems, warnings = transition_problems(by_key, live.objects, kuberay)
+        problems, warnings = transition_problems(by_key, live.objects, kuberay,
+                                                   desired.snapshot)
         refused += problems
         unevaluated += warnings
         planner.add([batch], live)

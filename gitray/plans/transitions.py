@@ -13,18 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gitray.core.model import Diagnostic, LiveObject, ObjectKey, Workload
+from gitray.core.model import Diagnostic, LiveObject, ObjectKey, SourceLocation, Workload
+from gitray.core.snapshot import Snapshot
 from gitray.parsing.cel import rule_findings
 from gitray.parsing.kuberay import KubeRaySchemas
-from gitray.parsing.text import format_path
+from gitray.parsing.text import JsonPath, decode_text, format_path
+from gitray.parsing.yamlsafe import parse_documents
 
 __all__ = ["transition_problems"]
 
 
 def transition_problems(desired: Mapping[ObjectKey, Workload], live: Iterable[LiveObject],
-                        kuberay: KubeRaySchemas) -> tuple[list[Diagnostic], list[Diagnostic]]:
+                        kuberay: KubeRaySchemas, snapshot: Snapshot | None = None
+                        ) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """(problems, warnings): the transition rules each update of a live object breaks, and
-    those gitray could not evaluate. Reported at the workload's document."""
+    those gitray could not evaluate. Reported at the field in ``snapshot`` (the revision the
+    workloads were loaded from), else at the workload's document."""
     problems: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     for obj in live:
@@ -35,7 +39,8 @@ def transition_problems(desired: Mapping[ObjectKey, Workload], live: Iterable[Li
         for finding in rule_findings(rules, workload.manifest, obj.body):
             where = format_path(finding.path)
             if finding.evaluated:
-                problems.append(Diagnostic(workload.source, (
+                at = _locate(snapshot, workload.source, finding.path)
+                problems.append(Diagnostic(at, (
                     f"{where}: {finding.message} (updating the live {obj.kind} "
                     f"{obj.namespace}/{obj.name}, which has {_value(obj.body, finding.path)})")))
             else:
@@ -43,6 +48,19 @@ def transition_problems(desired: Mapping[ObjectKey, Workload], live: Iterable[Li
                     f"CEL rule not evaluated by gitray: {obj.kind} {where}: "
                     f"{finding.rule.rule!r} ({finding.message})")))
     return problems, warnings
+
+
+def _locate(snapshot: Snapshot | None, start: SourceLocation, path: JsonPath
+            ) -> SourceLocation:
+    """Where ``path`` is written in the document starting at ``start`` (parsed again: this
+    runs only for an update that is refused)."""
+    found = next((f for f in snapshot.files if f.path == start.path), None) if snapshot else None
+    text = decode_text(found.data, found.path)[0] if found and found.data else None
+    if text is None:
+        return start
+    documents, _ = parse_documents(text, start.path)
+    document = next((d for d in documents if d.start == start), None)
+    return document.locate(path) if document is not None else start
 
 
 def _value(body: Mapping[str, object], path: tuple[str | int, ...]) -> str:

@@ -15,6 +15,7 @@ one, which serves KubeRay v1.6.2's CRDs and is not touched), gets the v1.7.0 CRD
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -157,8 +158,13 @@ def test_both_refuse_an_update_breaking_a_transition_rule(leaf: str, v17env: Tes
                  "--kubeconfig", v17env.kubeconfig])
     err = capsys.readouterr().err
     assert code == 1, err
-    assert f"{'.'.join(path)}: {message} (updating the live RayCluster {NAMESPACE}/{name}, " \
-        f"which has {before!r})" in err, err
+    expected = (f"{'.'.join(path)}: {message} (updating the live RayCluster "
+                f"{NAMESPACE}/{name}, which has {before!r})")
+    found = re.findall(rf"^cluster\.yaml:(\d+):(\d+): {re.escape(expected)}$", err, re.MULTILINE)
+    assert found, err
+    line, col = map(int, found[0])  # at the field, in the revision
+    text = (tmp_path / "cluster.yaml").read_text().splitlines()
+    assert text[line - 1][col - 1:].startswith(f"{leaf}: {after}"), (line, col)
     assert "Manifests judged by KubeRay v1.7.0 schemas (served by the cluster): 15 CEL rules " \
         "checked, 11 transition rules against the live objects." in err, err
     # the same manifest with the live value plans

@@ -149,3 +149,20 @@ def test_a_message_expression_is_used() -> None:
                    message_expression="'n is ' + string(self.n)")
     (finding,) = rule_findings([rule], {"spec": {"n": 5}})
     assert finding.message == "n is 5"
+
+
+def test_a_refused_update_points_at_the_field_in_the_revision() -> None:
+    live_body = set_at(base_manifest("RayCluster", "c"), ("spec", "managedBy"),
+                       "ray.io/kuberay-operator")
+    text = dump(set_at(live_body, ("spec", "managedBy"), "kueue.x-k8s.io/multikueue"))
+    files = (RepoFile("gitray.yaml", CONFIG.format(RELEASE).encode()),
+             RepoFile("c.yaml", text.encode()))
+    snapshot = Snapshot("worktree", "t", files)
+    result = load_snapshot(snapshot)
+    (workload,) = result.workloads
+    live = LiveObject("RayCluster", "ray", "c", "7", live_body)
+    (problem,), _ = transition_problems({workload.key: workload}, [live], packaged(RELEASE),
+                                        snapshot)
+    line = text.splitlines()[problem.location.line - 1]
+    assert line[problem.location.col - 1:] == "managedBy: kueue.x-k8s.io/multikueue"
+    assert problem.message.startswith("spec.managedBy: the managedBy field is immutable")
