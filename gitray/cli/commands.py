@@ -70,18 +70,41 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
           staged: bool = False) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision, staged)
     result = load_snapshot(snapshot, overrides)
-    if report:  # --format github|codeclimate|sarif: errors and warnings in one report
+    _check(result, warn, report, repo)
+    return result, snapshot
+
+
+def _check(result: LoadResult, warn: bool = True, report: str | None = None,
+           repo: str = "") -> None:
+    """Warnings and the schemas used on stderr, or with ``report`` (--format
+    github|codeclimate|sarif) errors and warnings in one report; invalid manifests raise."""
+    if report:
         from gitray.cli.reports import print_findings
 
         print_findings(report, result.diagnostics, result.warnings, repo)
         if result.diagnostics:
             raise ValidationError(result.diagnostics, reported=True)
-        return result, snapshot
+        return
     for warning in result.warnings if warn else ():
         print(f"{warning.location}: warning: {warning.message}", file=sys.stderr)
+    if warn and result.kuberay is not None:
+        print(f"Manifests judged by {_schemas_note(result)}.", file=sys.stderr)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
-    return result, snapshot
+
+
+def _schemas_note(result: LoadResult) -> str:
+    assert result.kuberay is not None
+    kuberay = result.kuberay
+    transition = sum(r.transition for rules in kuberay.rules.values() for r in rules)
+    checked = sum(len(rules) for rules in kuberay.rules.values()) - transition
+    note = f"{kuberay.describe()}: {checked} CEL rules checked"
+    if kuberay.origin.startswith("packaged"):
+        note += (f"; {transition} transition rules (oldSelf) left to the API server: they "
+                 "apply to updates, and no live object was read")
+    else:
+        note += f", {transition} transition rules against the live objects"
+    return note
 
 
 def _seconds(value: str, flag: str) -> float:
@@ -150,12 +173,21 @@ def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
                   f"revision:{base_snapshot.revision}", True, None)
 
 
-def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot) -> Plan:
-    from gitray.engine.apply import Desired, live_plan, read_records
+def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str | None
+               ) -> tuple[LoadResult, Snapshot, Plan]:
+    """Load the revision judged by the CRDs the cluster serves, then plan against it."""
+    from gitray.engine.apply import Desired, desired_config, live_plan, read_records
+    from gitray.engine.schemas import cluster_schemas
     from gitray.k8s.client import Kube
+    from gitray.parsing.kuberay import packaged
 
+    snapshot = _read(args.repo, args.revision)
     kube = Kube.connect(_kube_settings(args))
     try:
+        kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
+                                                 .kuberay_version))
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay)
+        _check(result, report=report, repo=args.repo)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)
         except GitrayError as e:  # e.g. a CI identity that may not read the records
@@ -165,7 +197,7 @@ def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot)
         plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
     finally:
         kube.close()
-    return plan
+    return result, snapshot, plan
 
 
 def _report(args: argparse.Namespace) -> str | None:
@@ -183,16 +215,21 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from gitray.core.snapshot import snapshot_revision
+    from gitray.k8s.settings import cluster_configured
     from gitray.plans.planner import compute_plan
 
     overrides = _overrides(args.set)
-    result, snapshot = _load(args.repo, args.revision, overrides, report=_report(args))
-    basis = _basis(args, overrides)
-    if basis.announcement:
-        print(basis.announcement, file=sys.stderr)
-    if basis.live is None:
-        plan = _live_plan(args, result, snapshot)
+    report = _report(args)
+    if args.against == "live" or (args.against is None
+                                  and cluster_configured(_kube_settings(args))):
+        # judged by the cluster's CRDs
+        result, snapshot, plan = _live_plan(args, overrides, report)
     else:
+        result, snapshot = _load(args.repo, args.revision, overrides, report=report)
+        basis = _basis(args, overrides)
+        if basis.announcement:
+            print(basis.announcement, file=sys.stderr)
+        assert basis.live is not None
         plan = compute_plan(result.workloads, basis.live, result.config,
                             revision=snapshot_revision(snapshot), against=basis.against,
                             now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
@@ -261,9 +298,11 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     from gitray.k8s.client import Kube
 
     overrides = _overrides(args.set)
-    desired = desired_from(_read(args.repo, args.revision), overrides)
+    snapshot = _read(args.repo, args.revision)
     kube = Kube.connect(_kube_settings(args))
     try:
+        desired = desired_from(snapshot, overrides, kube=kube)  # judged by the cluster's CRDs
+        print(f"Manifests judged by {_schemas_note(desired.result)}.", file=sys.stderr)
         records = read_records(kube, _lease_namespace(args), desired.config)
         if args.plan_file:
             plan = _read_plan_file(args.plan_file)

@@ -306,7 +306,7 @@ class Daemon:
             if self._snapshot is None or self._snapshot.revision != fetched.sha:
                 self._snapshot = read_snapshot(str(fetched.cache), fetched.sha,
                                                previous=self._snapshot)
-            desired_from(self._snapshot, self.settings.overrides, self._memo)
+            desired_from(self._snapshot, self.settings.overrides, self._memo, self.kube)
         except GitrayError as e:
             log.debug("standby: could not prepare %s: %s", redact_url(self.settings.repo), e)
         finally:
@@ -384,7 +384,8 @@ class Daemon:
         # Only a verified revision may choose where statuses (and the status token) go.
         self.statuses.configure(snapshot, cache)
         try:
-            desired = desired_from(snapshot, self.settings.overrides, self._memo)
+            # judged by the CRDs the cluster serves (converted again only when they change)
+            desired = desired_from(snapshot, self.settings.overrides, self._memo, self.kube)
             if trigger == "commit":  # once per revision, not on every drift or deletion pass
                 for warning in desired.result.warnings:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,

@@ -7,23 +7,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
-from gitray.core.model import Kind, LiveState, ObjectKey, Workload
+from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.fence import ReadOnly
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.engine.record import remembered_runs
+from gitray.engine.schemas import cluster_schemas
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
+from gitray.parsing.kuberay import packaged
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
@@ -32,6 +34,7 @@ from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
+from gitray.plans.transitions import transition_problems
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute", "live_plan", "read_live", "read_live_store", "read_records",
@@ -71,8 +74,18 @@ def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
 
 
 def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
-                 memo: LoadMemo | None = None) -> Desired:
-    result = load_snapshot(snapshot, overrides, memo)
+                 memo: LoadMemo | None = None, kube: Kube | None = None) -> Desired:
+    """The validated revision; judged by the CRDs ``kube``'s cluster serves when given, else
+    by the packaged schemas of its ``kuberayVersion``."""
+    kuberay = None
+    if kube is not None:
+        try:
+            config = desired_config(snapshot, overrides)
+        except UserError:
+            config = None  # the load reports it, with its place
+        if config is not None:
+            kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
+    result = load_snapshot(snapshot, overrides, memo, kuberay)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)
@@ -133,12 +146,25 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
                       now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent,
                       remembered=remembered_runs(records))
     deadline = math.inf
+    by_key = {w.key: w for w in desired.workloads}
+    kuberay = desired.result.kuberay or packaged(desired.config.kuberay_version)
+    refused: list[Diagnostic] = []
+    unevaluated: list[Diagnostic] = []
     for batch in store.batches():
         live = store.take(batch)
         deadline = min(deadline, earliest_deadline(live))
+        problems, warnings = transition_problems(by_key, live.objects, kuberay,
+                                                   desired.snapshot)
+        refused += problems
+        unevaluated += warnings
         planner.add([batch], live)
+    if refused:  # the API server would refuse these updates: nothing is applied
+        raise ValidationError(sorted(refused))
     plan = planner.finish(revision=desired.revision, against="live",
                           label=desired.snapshot.label)
+    if unevaluated:  # said, never taken as passed
+        notes = sorted({f"{w.location}: warning: {w.message}" for w in unevaluated})
+        plan = replace(plan, notes=(*plan.notes, *notes))
     return plan, deadline
 
 
