@@ -20,10 +20,12 @@ from gitray import __version__
 from gitray.core.config import DashboardMode
 from gitray.core.errors import GitrayError, ValidationError
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "main"]
+__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "REPORT_FORMATS", "main"]
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 FORMATS = ("text", "markdown", "json")  # gitray.plans.render.Format (checked by a unit test)
+# where reviewers look: gitray.plans.annotations.ReportFormat (checked by a unit test)
+REPORT_FORMATS = ("github", "codeclimate", "sarif")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate every workload in a revision")
     repo_args(v)
+    v.add_argument("--staged", action="store_true",
+                   help="validate the files staged in Git's index, as the next commit would "
+                        "hold them (the pre-commit hook)")
+    v.add_argument("--format", choices=["text", *REPORT_FORMATS], default="text",
+                   help="text; github (workflow commands: inline annotations), codeclimate "
+                        "(GitLab code quality JSON) or sarif (code scanning) [text]")
 
     pl = sub.add_parser("plan", help="show what applying a revision would do")
     repo_args(pl)
@@ -53,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="compare with the live cluster, an empty one, or the cluster as a Git "
                          "revision would leave it (default: live when a cluster is configured,"
                          " else empty)")
-    pl.add_argument("--format", choices=list(FORMATS), default=FORMATS[0])
+    pl.add_argument("--format", choices=[*FORMATS, *REPORT_FORMATS], default=FORMATS[0],
+                    help="a view of the plan (text, markdown, json), or problems and warnings "
+                         "where reviewers look (github, codeclimate, sarif; the plan's text "
+                         "then goes to the log) [text]")
     pl.add_argument("--out", metavar="FILE", help="also save the plan as JSON for gitray apply")
     pl.add_argument("--detailed-exitcode", action="store_true",
                     help="exit 2 when the plan has changes, 0 when it has none")
@@ -67,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--status-token-file", default=os.environ.get("GITRAY_STATUS_TOKEN_FILE"),
                     help="Git host token for --comment [else $GITRAY_STATUS_TOKEN]")
     cluster_args(pl)
+    lease_namespace_arg(pl)  # where the run records are: the runs gitray started
 
     ap = sub.add_parser("apply", help="apply a saved plan, or plan and apply a revision")
     ap.add_argument("plan_file", nargs="?", metavar="PLAN_FILE",
@@ -178,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands.run(args)
     except ValidationError as e:
-        for diagnostic in e.diagnostics:
+        for diagnostic in () if e.reported else e.diagnostics:
             print(diagnostic, file=sys.stderr)
         print(f"gitray: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
 from gitray.core.config import DashboardMode, parse_duration
-from gitray.core.errors import UserError, ValidationError
+from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.model import LiveState
 from gitray.core.snapshot import Snapshot
 from gitray.plans.load import LoadResult, load_snapshot
@@ -55,21 +55,56 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _read(repo: str, revision: str | None) -> Snapshot:
-    from gitray.git.source import read_snapshot
+def _read(repo: str, revision: str | None, staged: bool = False) -> Snapshot:
+    from gitray.git.source import read_snapshot, read_staged
 
+    if staged:
+        if revision:
+            raise UserError("--staged reads Git's index: leave out --revision")
+        return read_staged(repo)
     return read_snapshot(repo, revision)
 
 
 def _load(repo: str, revision: str | None, overrides: dict[str, Any],
-          warn: bool = True) -> tuple[LoadResult, Snapshot]:
-    snapshot = _read(repo, revision)
+          warn: bool = True, report: str | None = None,
+          staged: bool = False) -> tuple[LoadResult, Snapshot]:
+    snapshot = _read(repo, revision, staged)
     result = load_snapshot(snapshot, overrides)
+    _check(result, warn, report, repo)
+    return result, snapshot
+
+
+def _check(result: LoadResult, warn: bool = True, report: str | None = None,
+           repo: str = "") -> None:
+    """Warnings and the schemas used on stderr, or with ``report`` (--format
+    github|codeclimate|sarif) errors and warnings in one report; invalid manifests raise."""
+    if report:
+        from gitray.cli.reports import print_findings
+
+        print_findings(report, result.diagnostics, result.warnings, repo)
+        if result.diagnostics:
+            raise ValidationError(result.diagnostics, reported=True)
+        return
     for warning in result.warnings if warn else ():
         print(f"{warning.location}: warning: {warning.message}", file=sys.stderr)
+    if warn and result.kuberay is not None:
+        print(f"Manifests judged by {_schemas_note(result)}.", file=sys.stderr)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
-    return result, snapshot
+
+
+def _schemas_note(result: LoadResult) -> str:
+    assert result.kuberay is not None
+    kuberay = result.kuberay
+    transition = sum(r.transition for rules in kuberay.rules.values() for r in rules)
+    checked = sum(len(rules) for rules in kuberay.rules.values()) - transition
+    note = f"{kuberay.describe()}: {checked} CEL rules checked"
+    if kuberay.origin.startswith("packaged"):
+        note += (f"; {transition} transition rules (oldSelf) left to the API server: they "
+                 "apply to updates, and no live object was read")
+    else:
+        note += f", {transition} transition rules against the live objects"
+    return note
 
 
 def _seconds(value: str, flag: str) -> float:
@@ -138,37 +173,63 @@ def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
                   f"revision:{base_snapshot.revision}", True, None)
 
 
-def _live_plan(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot) -> Plan:
-    from gitray.engine.apply import Desired, live_plan
+def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str | None
+               ) -> tuple[LoadResult, Snapshot, Plan]:
+    """Load the revision judged by the CRDs the cluster serves, then plan against it."""
+    from gitray.engine.apply import Desired, desired_config, live_plan, read_records
+    from gitray.engine.schemas import cluster_schemas
     from gitray.k8s.client import Kube
+    from gitray.parsing.kuberay import packaged
 
+    snapshot = _read(args.repo, args.revision)
     kube = Kube.connect(_kube_settings(args))
     try:
-        plan, _ = live_plan(kube, Desired(snapshot, result))
+        kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
+                                                 .kuberay_version))
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay)
+        _check(result, report=report, repo=args.repo)
+        try:
+            records = read_records(kube, _lease_namespace(args), result.config)
+        except GitrayError as e:  # e.g. a CI identity that may not read the records
+            print(f"warning: run records not read ({e}): a RayJob run KubeRay deleted when "
+                  "it finished shows as a new run", file=sys.stderr)
+            records = []
+        plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
     finally:
         kube.close()
-    return plan
+    return result, snapshot, plan
+
+
+def _report(args: argparse.Namespace) -> str | None:
+    return str(args.format) if args.format in REPORT_FORMATS else None
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    result, snapshot = _load(args.repo, args.revision, _overrides(args.set))
+    result, snapshot = _load(args.repo, args.revision, _overrides(args.set),
+                             report=_report(args), staged=args.staged)
     n = len(result.workloads)
-    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid")
+    print(f"{snapshot.label}: {n} workload{'s' if n != 1 else ''} valid",
+          file=sys.stderr if args.format in ("codeclimate", "sarif") else sys.stdout)
     return EXIT_OK
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from gitray.core.snapshot import snapshot_revision
+    from gitray.k8s.settings import cluster_configured
     from gitray.plans.planner import compute_plan
 
     overrides = _overrides(args.set)
-    result, snapshot = _load(args.repo, args.revision, overrides)
-    basis = _basis(args, overrides)
-    if basis.announcement:
-        print(basis.announcement, file=sys.stderr)
-    if basis.live is None:
-        plan = _live_plan(args, result, snapshot)
+    report = _report(args)
+    if args.against == "live" or (args.against is None
+                                  and cluster_configured(_kube_settings(args))):
+        # judged by the cluster's CRDs
+        result, snapshot, plan = _live_plan(args, overrides, report)
     else:
+        result, snapshot = _load(args.repo, args.revision, overrides, report=report)
+        basis = _basis(args, overrides)
+        if basis.announcement:
+            print(basis.announcement, file=sys.stderr)
+        assert basis.live is not None
         plan = compute_plan(result.workloads, basis.live, result.config,
                             revision=snapshot_revision(snapshot), against=basis.against,
                             now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
@@ -180,7 +241,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from e
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
-    sys.stdout.write(render(plan, Format(args.format), colour=colour))
+    if _report(args):
+        from gitray.cli.reports import print_plan
+
+        print_plan(args.format, plan, args.repo)
+    else:
+        sys.stdout.write(render(plan, Format(args.format), colour=colour))
     if args.comment:
         if args.pr is None:
             raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
@@ -224,6 +290,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         desired_from,
         execute,
         live_plan,
+        read_records,
         refuse_unappliable,
     )
     from gitray.engine.executor import Outcome
@@ -231,15 +298,18 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     from gitray.k8s.client import Kube
 
     overrides = _overrides(args.set)
-    desired = desired_from(_read(args.repo, args.revision), overrides)
+    snapshot = _read(args.repo, args.revision)
     kube = Kube.connect(_kube_settings(args))
     try:
+        desired = desired_from(snapshot, overrides, kube=kube)  # judged by the cluster's CRDs
+        print(f"Manifests judged by {_schemas_note(desired.result)}.", file=sys.stderr)
+        records = read_records(kube, _lease_namespace(args), desired.config)
         if args.plan_file:
             plan = _read_plan_file(args.plan_file)
-            check_saved_plan(plan, kube, desired)
+            check_saved_plan(plan, kube, desired, records)
             print(f"The saved plan {args.plan_file} is current; applying it.")
         else:
-            plan, _ = live_plan(kube, desired)
+            plan, _ = live_plan(kube, desired, records=records)
             sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
             refuse_unappliable(kube, plan)  # before asking (execute checks again)
             if plan.has_changes and not args.yes:

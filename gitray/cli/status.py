@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gitray.core.errors import GitrayError
 from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
+from gitray.engine.fence import ReadOnly
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import ProgressStore, Record, RunState
 from gitray.k8s.client import Kube
@@ -32,15 +32,6 @@ class StatusRow:
     reason: str = ""
 
 
-class _NoFence:
-    """Status only reads records; it never writes, so it holds no Lease."""
-
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise GitrayError("gitray status never writes run records")
-
-
 def _step(record: Record) -> str:
     total = len(record.plan.steps)
     if record.state is RunState.RUNNING and record.cursor < total:
@@ -51,7 +42,7 @@ def _step(record: Record) -> str:
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
     records = {r.key: r for r in ProgressStore(kube, lease_namespace, desired.config.instance,
-                                               _NoFence()).list()}
+                                               ReadOnly()).list()}
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
     health = health_by_workload(kube, resolver, keys, live)
@@ -62,9 +53,13 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
         if key.kind == Kind.RAY_SERVICE:
             rs = read_rayservice_live(live.owned_by(key))
             active, pending = rs.active or "-", ",".join(sorted(rs.pending())) or "-"
+        shown = health[key]
+        if key.kind == Kind.RAY_JOB and shown == "-" and record is not None and record.runs:
+            last = record.runs[-1]  # KubeRay deleted the run (deletionStrategy): as recorded
+            shown = f"{last.name}: {last.outcome} (recorded; the RayJob is gone)"
         rows.append(StatusRow(key, record.revision[:12] if record else "-",
                               record.state.value if record else "never applied",
-                              _step(record) if record else "-", active, pending, health[key],
+                              _step(record) if record else "-", active, pending, shown,
                               record.reason if record else ""))
     return rows
 

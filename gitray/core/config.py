@@ -15,6 +15,7 @@ __all__ = [
     "CLUSTER_SCOPED_KINDS",
     "CONFIG_API_VERSION",
     "CONFIG_FILE",
+    "DEFAULT_KUBERAY_VERSION",
     "OVERRIDES_SOURCE",
     "Config",
     "DashboardMode",
@@ -28,6 +29,8 @@ __all__ = [
 CONFIG_FILE = "gitray.yaml"
 CONFIG_API_VERSION = "gitray.io/v1alpha1"
 OVERRIDES_SOURCE = "(flags/env)"  # the "path" of diagnostics about overrides
+# The KubeRay release whose packaged schemas judge manifests offline (gitray.parsing.kuberay).
+DEFAULT_KUBERAY_VERSION = "v1.7.0"
 
 # Kinds that are not namespaced: gitray never applies them (it works inside namespaces only).
 CLUSTER_SCOPED_KINDS = frozenset(
@@ -109,6 +112,9 @@ class Config:
     supporting_kinds: tuple[str, ...] = ("ConfigMap",)
     instance: str = "gitray"  # value of gitray.io/instance; separates gitrays sharing a cluster
     max_parallel: int = 4
+    # path globs ([<Kind>:]<glob>) whose values plans never show (gitray.plans.sensitive)
+    sensitive_fields: tuple[str, ...] = ()
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # the schemas used when no cluster is read
     rayservice: RayServiceSettings = field(default_factory=RayServiceSettings)
     rayjob: RayJobSettings = field(default_factory=RayJobSettings)
     status: StatusSettings = field(default_factory=StatusSettings)

@@ -76,8 +76,9 @@ class SourceError(UserError):
 class ValidationError(UserError):
     """A revision holds invalid manifests. All-or-nothing: nothing from it is applied."""
 
-    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+    def __init__(self, diagnostics: Sequence[Diagnostic], *, reported: bool = False) -> None:
         self.diagnostics = tuple(diagnostics)
+        self.reported = reported  # already shown in a reviewer's format (--format github...)
         n = len(self.diagnostics)
         super().__init__(f"{n} problem{'s' if n != 1 else ''} found; nothing was applied")
 

@@ -21,6 +21,7 @@ __all__ = [
     "ANN_FAILED",
     "ANN_SERVE_CONFIG_HASH",
     "ANN_SPEC_HASH",
+    "ANN_TEMPLATE_HASH",
     "ANN_WAVE",
     "ANN_WORKLOAD_KEY",
     "API_VERSION_RAY",
@@ -66,6 +67,8 @@ LABEL_SERVE = "gitray.io/serve"
 # Annotations (free-form values).
 ANN_WORKLOAD_KEY = "gitray.io/workload-key"  # "<namespace>/<Kind>/<name>" of the owning workload
 ANN_SPEC_HASH = "gitray.io/spec-hash"  # hash of what gitray last applied (detects removals)
+# a standalone RayCluster's pod-template hash as gitray last applied it (KubeRay's Recreate hash)
+ANN_TEMPLATE_HASH = "gitray.io/template-hash"
 ANN_CLUSTER_HASH = "gitray.io/cluster-hash"  # RayService cluster: hash in its name, in full
 ANN_SERVE_CONFIG_HASH = "gitray.io/serve-config-hash"  # Serve config last RUNNING on the cluster
 ANN_DELETE_AFTER = "gitray.io/delete-after"  # RFC 3339 UTC deadline; persisted deletion timer

@@ -306,7 +306,7 @@ class Daemon:
             if self._snapshot is None or self._snapshot.revision != fetched.sha:
                 self._snapshot = read_snapshot(str(fetched.cache), fetched.sha,
                                                previous=self._snapshot)
-            desired_from(self._snapshot, self.settings.overrides, self._memo)
+            desired_from(self._snapshot, self.settings.overrides, self._memo, self.kube)
         except GitrayError as e:
             log.debug("standby: could not prepare %s: %s", redact_url(self.settings.repo), e)
         finally:
@@ -384,13 +384,16 @@ class Daemon:
         # Only a verified revision may choose where statuses (and the status token) go.
         self.statuses.configure(snapshot, cache)
         try:
-            desired = desired_from(snapshot, self.settings.overrides, self._memo)
+            # judged by the CRDs the cluster serves (converted again only when they change)
+            desired = desired_from(snapshot, self.settings.overrides, self._memo, self.kube)
             if trigger == "commit":  # once per revision, not on every drift or deletion pass
                 for warning in desired.result.warnings:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
                                 warning.message)
+            progress = self.wiring.progress(desired.config)
+            records = progress.list()  # the runs gitray started are a planning input too
             # refused against live state too (a cluster change under upgradeStrategy None)
-            plan, next_deletion = live_plan(self.kube, desired)
+            plan, next_deletion = live_plan(self.kube, desired, records=records)
         except ValidationError as e:
             self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()
@@ -400,8 +403,6 @@ class Daemon:
             self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
             return []
         self.state.update(next_deletion=next_deletion)
-        progress = self.wiring.progress(desired.config)
-        records = progress.list()
         plan, failed_before = skip_failed(plan, {
             r.key: r.desired_hash for r in records
             if r.state is RunState.FAILED and r.revision == plan.revision})
@@ -425,6 +426,7 @@ class Daemon:
             changing = sum(1 for w in plan.workloads if w.steps)
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
         executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
+                                        desired.sensitive,
                                         superseded=self._newer_commit(sha, snapshot))
         outcomes = executor.run_plan(plan, resume=resume)
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions

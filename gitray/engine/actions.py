@@ -381,17 +381,25 @@ class Actions:
 
         def attempt() -> str | None:
             job = self.kube.get_or_none(API_VERSION_RAY, "RayJob", ns, step.target)
-            if job is None:
-                raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+            gone = job is None
+            if job is None:  # KubeRay deletes a finished run with a DeleteSelf rule
+                if deployment() not in TERMINAL_DEPLOYMENT_STATUSES:
+                    self._last_state(ns, step.target, seen)
+                if deployment() not in TERMINAL_DEPLOYMENT_STATUSES:
+                    raise TerminalError(f"RayJob {step.target} disappeared while waiting")
+                job = dict(seen)
             seen.clear()
             seen.update(job)
             status = job.get("status") or {}
-            deployment = status.get("jobDeploymentStatus")
-            if deployment in TERMINAL_DEPLOYMENT_STATUSES:
-                if deployment == "Failed" or status.get("jobStatus") in {"FAILED", "STOPPED"}:
-                    why = status.get("message") or status.get("reason") or deployment
+            deployment_status = status.get("jobDeploymentStatus")
+            if deployment_status in TERMINAL_DEPLOYMENT_STATUSES:
+                if deployment_status == "Failed" or status.get("jobStatus") in {"FAILED",
+                                                                                 "STOPPED"}:
+                    why = status.get("message") or status.get("reason") or deployment_status
                     raise TerminalError(f"run {step.target} failed: {why}")
-                return f"run {step.target} finished: {status.get('jobStatus') or deployment}"
+                after = " (then KubeRay deleted it)" if gone else ""
+                return (f"run {step.target} finished: "
+                        f"{status.get('jobStatus') or deployment_status}{after}")
             return None
 
         def deployment() -> str:
@@ -406,6 +414,23 @@ class Actions:
                     timeout=lambda: TerminalError(f"run {step.target} not finished after "
                                                   f"{deadline.seconds:.0f} s (status "
                                                   f"{deployment() or 'none'})"))
+
+    def _last_state(self, ns: str, name: str, seen: dict[str, Any]) -> None:
+        """Update ``seen`` to the last state of a RayJob deleted since it was read: its watch
+        events from there, up to the deletion (which carries the final status)."""
+        rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
+        if not rv:
+            return
+        try:
+            for kind, obj in self.kube.watch(API_VERSION_RAY, "RayJob", ns,
+                                             field_selector=f"metadata.name={name}",
+                                             resource_version=rv, timeout_s=2):
+                seen.clear()
+                seen.update(obj)
+                if kind == "DELETED":
+                    return
+        except TransientError:
+            pass
 
     def _delete_job(self, ns: str, step: Step, report: Report) -> str:
         gone = not self.kube.delete(API_VERSION_RAY, "RayJob", ns, step.target)

@@ -6,32 +6,39 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
 from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
-from gitray.core.model import Kind, LiveState, ObjectKey, Workload
+from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
-from gitray.engine.progress import Record, RunState
+from gitray.engine.fence import ReadOnly
+from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.record import remembered_runs
+from gitray.engine.schemas import cluster_schemas
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
+from gitray.parsing.kuberay import packaged
 from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
+from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
+from gitray.plans.transitions import transition_problems
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
-           "execute", "live_plan", "read_live", "read_live_store", "refuse_unappliable",
+           "execute", "live_plan", "read_live", "read_live_store", "read_records",
+           "refuse_unappliable",
            "resumable", "unappliable"]
 
 
@@ -53,6 +60,11 @@ class Desired:
     def workloads(self) -> tuple[Workload, ...]:
         return self.result.workloads
 
+    @property
+    def sensitive(self) -> SensitiveValues:
+        """The sensitive values of this revision, by the digest plans refer to them."""
+        return SensitiveValues.of(self.workloads, self.config.sensitive_fields)
+
 
 def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
     """Only the settings of a revision (its gitray.yaml + overrides), even if its manifests
@@ -62,8 +74,18 @@ def desired_config(snapshot: Snapshot, overrides: dict[str, Any]) -> Config:
 
 
 def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
-                 memo: LoadMemo | None = None) -> Desired:
-    result = load_snapshot(snapshot, overrides, memo)
+                 memo: LoadMemo | None = None, kube: Kube | None = None) -> Desired:
+    """The validated revision; judged by the CRDs ``kube``'s cluster serves when given, else
+    by the packaged schemas of its ``kuberayVersion``."""
+    kuberay = None
+    if kube is not None:
+        try:
+            config = desired_config(snapshot, overrides)
+        except UserError:
+            config = None  # the load reports it, with its place
+        if config is not None:
+            kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
+    result = load_snapshot(snapshot, overrides, memo, kuberay)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)
@@ -107,10 +129,11 @@ def read_live_store(kube: Kube, desired: Desired) -> LiveStore:
     return store
 
 
-def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None
-              ) -> tuple[Plan, float]:
+def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None, *,
+              records: Sequence[Record]) -> tuple[Plan, float]:
     """The plan against the live cluster, and the earliest persisted deletion deadline
-    (wall time; inf when none).
+    (wall time; inf when none). ``records``: the run records of the instance, for the runs
+    gitray started (a RayJob run KubeRay deleted when it finished stays done).
 
     Planned one batch (namespace) at a time from a :class:`LiveStore`: only one batch's
     objects are ever decoded, so memory does not grow with the whole live state. The plan
@@ -120,24 +143,44 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     # without the Gateway API CRDs an incremental RayService is still planned, with a note
     absent = absent_apis(kube, [GATEWAY_API]) if _incremental(desired) else frozenset()
     planner = Planner(desired.workloads, desired.config,
-                      now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent)
+                      now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent,
+                      remembered=remembered_runs(records))
     deadline = math.inf
+    by_key = {w.key: w for w in desired.workloads}
+    kuberay = desired.result.kuberay or packaged(desired.config.kuberay_version)
+    refused: list[Diagnostic] = []
+    unevaluated: list[Diagnostic] = []
     for batch in store.batches():
         live = store.take(batch)
         deadline = min(deadline, earliest_deadline(live))
+        problems, warnings = transition_problems(by_key, live.objects, kuberay,
+                                                   desired.snapshot)
+        refused += problems
+        unevaluated += warnings
         planner.add([batch], live)
+    if refused:  # the API server would refuse these updates: nothing is applied
+        raise ValidationError(sorted(refused))
     plan = planner.finish(revision=desired.revision, against="live",
                           label=desired.snapshot.label)
+    if unevaluated:  # said, never taken as passed
+        notes = sorted({f"{w.location}: warning: {w.message}" for w in unevaluated})
+        plan = replace(plan, notes=(*plan.notes, *notes))
     return plan, deadline
 
 
-def check_saved_plan(saved: Plan, kube: Kube, desired: Desired) -> None:
+def check_saved_plan(saved: Plan, kube: Kube, desired: Desired,
+                     records: Sequence[Record]) -> None:
     """Raise StalePlanError unless ``saved`` still describes what applying would do."""
-    replanned, _ = live_plan(kube, desired)
+    replanned, _ = live_plan(kube, desired, records=records)
     reasons = stale_reasons(saved, desired.revision, replanned)
     if reasons:
         raise StalePlanError("stale plan: " + "; ".join(reasons)
                              + ". Run gitray plan again and review the new plan.")
+
+
+def read_records(kube: Kube, lease_namespace: str, config: Config) -> list[Record]:
+    """The run records of ``config``'s instance, read without holding the Lease."""
+    return ProgressStore(kube, lease_namespace, config.instance, ReadOnly()).list()
 
 
 def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
@@ -166,19 +209,21 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
     lease.start_renewing()
     try:
         progress = wiring.progress(desired.config)
+        records = progress.list()
         if replan:
-            again, _ = live_plan(kube, desired)
-            if _steps(again) != _steps(plan) and not resumable(again, progress.list()):
+            again, _ = live_plan(kube, desired, records=records)
+            if _steps(again) != _steps(plan) and not resumable(again, records):
                 raise StalePlanError("the cluster changed while waiting for the Lease; "
                                      "run gitray apply again to see the new plan")
             plan = again
-        resume = resumable(plan, progress.list())
+        resume = resumable(plan, records)
         for key, record in sorted(resume.items()):
             step = record.plan.steps[record.cursor]
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        return wiring.executor(desired.config, progress, reporter).run_plan(plan, resume=resume)
+        return wiring.executor(desired.config, progress, reporter,
+                               desired.sensitive).run_plan(plan, resume=resume)
     finally:
         lease.stop_renewing()
         lease.release()

@@ -70,6 +70,7 @@ from gitray.engine.upgradecontrol import (
     rollback_of,
 )
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
 
 __all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "WorkloadOutcome"]
 
@@ -131,7 +132,8 @@ class Executor:
     def __init__(self, actions: Actions, fence: Fence, config: Config,
                  progress: ProgressStore | None = None, reporter: Reporter | None = None,
                  signals: SignalStore | None = None,
-                 superseded: SupersedeCheck | None = None) -> None:
+                 superseded: SupersedeCheck | None = None,
+                 sensitive: SensitiveValues | None = None) -> None:
         self.actions = actions
         self.fence = fence
         self.config = config
@@ -139,6 +141,8 @@ class Executor:
         self.reporter = reporter or (lambda _event: None)
         self.signals = signals
         self.superseded = superseded
+        # plans hold digests of sensitive values; the revision applied holds the values
+        self.sensitive = sensitive or SensitiveValues()
         self._lock = threading.Lock()
 
     # ---- plan level ---------------------------------------------------------------------
@@ -295,6 +299,10 @@ class Executor:
             raise TerminalError(budget.expired(step))
         total = len(wp.steps)
         check = self._supersede_check(wp, index, step)
+        try:
+            acting = self.sensitive.reveal(step)  # never stored, never reported
+        except UnknownSensitiveValue as e:
+            raise TerminalError(str(e)) from None
 
         def report(detail: str) -> None:
             self._emit(StepEvent(wp.key, index + 1, total, step, "progress", detail))
@@ -309,7 +317,7 @@ class Executor:
             if step.type.mutates:
                 self.fence.ensure_held()
             try:
-                return self.actions.run(wp.key.namespace, step, report,
+                return self.actions.run(wp.key.namespace, acting, report,
                                         spent=carried + clock.monotonic() - began,
                                         steering=steering)
             except LeaseLostError:

@@ -56,6 +56,7 @@ from gitray.engine.record import (
     record_from_json,
     record_name,
     record_to_json,
+    remember_run,
     trim_message,
     utc_now,
     workload_plan_from_json,
@@ -155,7 +156,9 @@ class ProgressStore:
         order = {s.id: i for i, s in enumerate(record.plan.steps)}
         steps = tuple(sorted(steps, key=lambda s: order.get(s.id, len(order))))
         cursor = record.cursor if result.status is StepStatus.FAILED else record.cursor + 1
-        return self._write(replace(record, steps=steps, cursor=cursor, current=None))
+        runs = remember_run(record.runs, result.type, record.plan.steps[record.cursor].target,
+                            result.status.value, result.message)
+        return self._write(replace(record, steps=steps, cursor=cursor, current=None, runs=runs))
 
     def count_failure(self, record: Record, message: str) -> Record:
         """Store one more failed analysis of the run (counted against its failureLimit)."""
@@ -190,7 +193,9 @@ class ProgressStore:
             return replace(record, resource_version=_version(created))
         stored = self._decode(current)
         self._refuse_newer(stored, record.epoch)
-        return self._write(replace(record, resource_version=_version(current)), check=False)
+        # the runs it started outlive a run record: a new plan keeps them
+        return self._write(replace(record, resource_version=_version(current),
+                                   runs=stored.runs), check=False)
 
     def _write(self, record: Record, *, check: bool = True) -> Record:
         if not record.resource_version:

@@ -9,7 +9,7 @@ directly.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -27,6 +27,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "RECORD_FORMAT_VERSION",
     "Record",
+    "RunOutcome",
     "RunState",
     "StepRecord",
     "StepStart",
@@ -35,6 +36,8 @@ __all__ = [
     "record_from_json",
     "record_name",
     "record_to_json",
+    "remember_run",
+    "remembered_runs",
     "trim_message",
     "utc_now",
     "workload_plan_from_json",
@@ -101,6 +104,33 @@ class StepStart:
 
 
 @dataclass(frozen=True)
+class RunOutcome:
+    """A RayJob run gitray started (persisted): its name and how it ended, as the wait step
+    saw it ("started" until then). Remembered so that a run KubeRay deleted when it finished
+    (``deletionStrategy``) is never started again."""
+
+    name: str
+    outcome: str
+
+
+MAX_REMEMBERED_RUNS = 20  # per workload, newest kept
+_RUN_STEPS = {"create-job", "wait-job"}
+
+
+def remember_run(runs: tuple[RunOutcome, ...], step_type: str, target: str, status: str,
+                 message: str) -> tuple[RunOutcome, ...]:
+    """``runs`` after a create-job or wait-job step on run ``target`` ended (others: as is).
+
+    A started run is remembered; its wait step's message (success or failure) becomes its
+    outcome. A failed create-job started nothing."""
+    if step_type not in _RUN_STEPS or (step_type == "create-job" and status != "ok"):
+        return runs
+    outcome = "started" if step_type == "create-job" else trim_message(message, 300)
+    kept = tuple(r for r in runs if r.name != target)
+    return (*kept, RunOutcome(target, outcome))[-MAX_REMEMBERED_RUNS:]
+
+
+@dataclass(frozen=True)
 class Record:
     """One workload's run, as stored.
 
@@ -120,6 +150,8 @@ class Record:
     current: StepStart | None = None  # the running step's start (steps with a timeout only)
     # failed analyses of an incremental upgrade so far: "<step id>: <check> <value> ..."
     analysis_failures: tuple[str, ...] = ()
+    # RayJob runs started for this workload (kept across its later plans)
+    runs: tuple[RunOutcome, ...] = ()
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -167,6 +199,8 @@ def record_to_json(record: Record) -> dict[str, Any]:
         data["currentStep"] = {"id": c.id, "startedAt": c.started_at, "epoch": c.epoch}
     if record.analysis_failures:  # likewise absent when there are none
         data["analysisFailures"] = list(record.analysis_failures)
+    if record.runs:
+        data["runs"] = [{"name": r.name, "outcome": r.outcome} for r in record.runs]
     return data
 
 
@@ -195,6 +229,8 @@ def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Rec
                                                  started_at=str(c["startedAt"]),
                                                  epoch=int(c["epoch"])),
         analysis_failures=tuple(str(f) for f in data.get("analysisFailures") or ()),
+        runs=tuple(RunOutcome(str(r["name"]), str(r["outcome"]))
+                   for r in data.get("runs") or ()),
         resource_version=resource_version,
     )
 
@@ -214,3 +250,8 @@ def encode_record(record: Record) -> str:
             f"{MAX_RECORD_BYTES} bytes; split the workload's plan (fewer or smaller steps)")
     return text
 
+
+
+def remembered_runs(records: Sequence[Record]) -> dict[ObjectKey, dict[str, str]]:
+    """Per workload, run name -> outcome of the RayJob runs gitray started (a planner input)."""
+    return {r.key: {run.name: run.outcome for run in r.runs} for r in records if r.runs}

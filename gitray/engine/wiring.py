@@ -31,6 +31,7 @@ from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_ident
 from gitray.k8s.lease import Lease
 from gitray.k8s.leasewatch import LeaseWatch, OnLeaseChange
 from gitray.k8s.settings import KubeSettings
+from gitray.plans.sensitive import SensitiveValues
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["LEASE_REQUEST_TIMEOUT_S", "ExecSettings", "Wiring"]
@@ -92,7 +93,10 @@ class Wiring:
                              self.lease)
 
     def executor(self, config: Config, progress: ProgressStore, reporter: Reporter,
-                 superseded: SupersedeCheck | None = None) -> Executor:
+                 sensitive: SensitiveValues, superseded: SupersedeCheck | None = None
+                 ) -> Executor:
+        """``sensitive``: the values the plan refers to by digest, from the revision applied."""
         return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
                         config, progress, reporter,
-                        SignalStore(self.kube, self.settings.lease_namespace), superseded)
+                        SignalStore(self.kube, self.settings.lease_namespace), superseded,
+                        sensitive)

@@ -48,6 +48,7 @@ __all__ = [
     "fetch_branch",
     "is_url",
     "read_snapshot",
+    "read_staged",
     "resolve_revision",
 ]
 
@@ -244,24 +245,49 @@ def _commit(found: git.Repo, revision: str, shown: str) -> git.Commit:
 def _read_revision(found: git.Repo, prefix: str, revision: str, shown: str,
                    reuse: dict[str, bytes]) -> Snapshot:
     commit = _commit(found, revision, shown)
+    files, blobs_read = _read_tree(found, commit.tree, prefix, shown, commit.hexsha[:7], reuse)
+    label = f"{commit.hexsha[:7]} ({revision})"
+    return Snapshot(commit.hexsha, label, files, blobs_read=blobs_read)
+
+
+def read_staged(repo: str) -> Snapshot:
+    """The files staged in the index of the Git repository enclosing the directory ``repo``
+    (under it), exactly as the next commit would hold them: for a pre-commit hook. The index
+    is written as a tree (``git write-tree``, what committing does first); nothing else."""
+    directory = Path(repo)
+    if not directory.is_dir():
+        raise SourceError(f"{repo}: not a directory")
+    found = _enclosing_repo(directory, repo)
+    top = Path(found.working_tree_dir or directory).resolve()
+    prefix = directory.resolve().relative_to(top).as_posix()
+    try:
+        sha = found.git.write_tree()
+    except GitCommandError as e:
+        raise SourceError(f"{repo}: the staged files cannot be read: "
+                          f"{_git_reason(e, repo)}") from e
+    files, blobs_read = _read_tree(found, found.tree(sha), "" if prefix == "." else prefix,
+                                   repo, "the index", {})
+    return Snapshot(WORKTREE, f"{repo.rstrip('/') or repo} (staged)", files,
+                    blobs_read=blobs_read)
+
+
+def _read_tree(found: git.Repo, root: git.Tree, prefix: str, shown: str, where: str,
+               reuse: dict[str, bytes]) -> tuple[tuple[RepoFile, ...], int]:
     if prefix:
         try:
-            top = commit.tree / prefix
+            top = root / prefix
         except KeyError as e:
-            raise SourceError(
-                f"{shown}: directory {prefix!r} does not exist at {commit.hexsha[:7]}"
-            ) from e
+            raise SourceError(f"{shown}: directory {prefix!r} does not exist at {where}") from e
         if top.type != "tree":
-            raise SourceError(f"{shown}: {prefix!r} is not a directory at {commit.hexsha[:7]}")
-    tree = _Tree(_ls_tree(found, commit.hexsha, prefix, shown), prefix)
+            raise SourceError(f"{shown}: {prefix!r} is not a directory at {where}")
+    tree = _Tree(_ls_tree(found, root.hexsha, prefix, shown), prefix)
     files: list[RepoFile] = []
     budget = _Budget()
     for path, entry in tree.manifests():
         if entry.kind == "blob":
             files.append(_read_entry(found, tree, path, entry, budget, reuse))
     files.sort(key=lambda f: f.path)
-    label = f"{commit.hexsha[:7]} ({revision})"
-    return Snapshot(commit.hexsha, label, tuple(files), blobs_read=budget.blobs_read)
+    return tuple(files), budget.blobs_read
 
 
 @dataclass(frozen=True)

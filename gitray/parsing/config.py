@@ -173,6 +173,8 @@ def _build(data: Mapping[str, Any]) -> Config:
         supporting_kinds=tuple(data.get("supportingKinds", default.supporting_kinds)),
         instance=data.get("instance", default.instance),
         max_parallel=data.get("maxParallel", default.max_parallel),
+        sensitive_fields=tuple(data.get("sensitiveFields", default.sensitive_fields)),
+        kuberay_version=data.get("kuberayVersion", default.kuberay_version),
         rayservice=RayServiceSettings(
             cluster_ready_timeout_s=seconds(
                 service, "clusterReadyTimeout", rs_default.cluster_ready_timeout_s

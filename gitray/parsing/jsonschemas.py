@@ -12,7 +12,7 @@ repository root); reading them is reading gitray itself, never the user's reposi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,15 +23,16 @@ from jsonschema.exceptions import ValidationError as SchemaError
 
 from gitray.parsing.text import JsonPath
 
-__all__ = ["MAX_ERRORS_PER_DOCUMENT", "load_schema", "schema_errors"]
+__all__ = ["MAX_ERRORS_PER_DOCUMENT", "document_errors", "load_schema", "schema_errors"]
 
 MAX_ERRORS_PER_DOCUMENT = 20
 
 
 @cache
 def load_schema(name: str) -> dict[str, Any]:
-    """The schema ``gitray/schemas/<name>``, parsed."""
-    text = resources.files("gitray").joinpath("schemas", name).read_text(encoding="utf-8")
+    """The schema ``gitray/schemas/<name>`` (``name`` may hold a ``/``), parsed."""
+    text = resources.files("gitray").joinpath("schemas", *name.split("/")).read_text(
+        encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
@@ -50,8 +51,34 @@ def schema_errors(name: str, instance: Any) -> Iterator[tuple[JsonPath, str]]:
     """``(path, message)`` for each way ``instance`` breaks schema ``name``, at most a few."""
     if _compiled(name).is_valid(instance):
         return
+    yield from _errors(_validator(name), instance)
+
+
+# Schemas that are not package data (a cluster's CRDs): compiled once per key, a few kept.
+_OTHER: dict[str, tuple[Any, Draft202012Validator]] = {}
+_MAX_OTHER = 16
+
+
+def document_errors(key: str, schema: Mapping[str, Any], instance: Any
+                    ) -> Iterator[tuple[JsonPath, str]]:
+    """Like :func:`schema_errors` for a schema given as a value; ``key`` names it uniquely
+    (the same key must always mean the same schema)."""
+    if key.startswith("package:"):
+        yield from schema_errors(key.removeprefix("package:"), instance)
+        return
+    if key not in _OTHER:
+        if len(_OTHER) >= _MAX_OTHER:
+            _OTHER.pop(next(iter(_OTHER)))
+        _OTHER[key] = (jsonschema_rs.validator_for(dict(schema)), Draft202012Validator(schema))
+    compiled, validator = _OTHER[key]
+    if compiled.is_valid(instance):
+        return
+    yield from _errors(validator, instance)
+
+
+def _errors(validator: Draft202012Validator, instance: Any) -> Iterator[tuple[JsonPath, str]]:
     count = 0
-    errors = sorted(_validator(name).iter_errors(instance), key=lambda e: list(map(str, e.path)))
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.path)))
     for error in errors:
         for path, message in _explain(error):
             yield path, message

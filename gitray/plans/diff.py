@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from gitray.core.model import JSON
 from gitray.plans.plan import FieldChange
 
-__all__ = ["full_changes", "same_value", "subset_changes"]
+__all__ = ["full_changes", "list_key", "same_value", "subset_changes"]
 
 _LIST_KEYS = ("name", "groupName")
 _MAX_CHANGES = 200  # a display cap; the decision never depends on the change list
@@ -37,7 +37,8 @@ def same_value(a: JSON, b: JSON) -> bool:
     return bool(a == b)
 
 
-def _list_key(items: Sequence[JSON]) -> str | None:
+def list_key(items: Sequence[JSON]) -> str | None:
+    """The key (name, groupName) every item of ``items`` has, if any: items pair by it."""
     for key in _LIST_KEYS:
         if items and all(isinstance(i, Mapping) and isinstance(i.get(key), str) for i in items):
             return key
@@ -60,8 +61,8 @@ def _walk(desired: JSON, live: JSON, path: str, out: list[FieldChange], full: bo
             _walk(d, lv, _join(path, str(key)), out, full)
         return
     if isinstance(desired, list) and isinstance(live, list):
-        key = _list_key(desired)
-        if key is not None and _list_key(live) == key:
+        key = list_key(desired)
+        if key is not None and list_key(live) == key:
             live_by = {i[key]: i for i in live}
             desired_by = {i[key]: i for i in desired}
             for name, item in desired_by.items():

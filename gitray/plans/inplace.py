@@ -21,6 +21,7 @@ from typing import Any
 
 from gitray.core.model import ANN_CLUSTER_HASH, JSON, LiveObject
 from gitray.plans.diff import full_changes, subset_changes
+from gitray.plans.inputs import ANN_INPUTS, changed_inputs
 from gitray.plans.names import blank_autoscaler_fields, cluster_hash
 from gitray.plans.plan import FieldChange
 
@@ -72,7 +73,7 @@ def judge_in_place(desired: Mapping[str, JSON], active: LiveObject, exact: bool)
 
 def refusal_message(cluster: str, verdict: Verdict) -> str:
     """One line naming the fields that changed and what to do."""
-    shown = [f"{c.path} ({_short(c.before)} -> {_short(c.after)})" for c in verdict.changes[:3]]
+    shown = [_shown(c) for c in verdict.changes[:3]]
     more = len(verdict.changes) - len(shown)
     what = ", ".join(shown) + (f" and {more} more" if more > 0 else "") if shown else (
         "spec.rayClusterConfig (a field was removed or a worker group changed)")
@@ -80,6 +81,13 @@ def refusal_message(cluster: str, verdict: Verdict) -> str:
             f"cluster {cluster} (KubeRay applies only replicas and worker groups appended at the "
             "end) and None never builds a new cluster; revert the change, or remove "
             "upgradeStrategy (NewCluster) for a blue-green upgrade")
+
+
+def _shown(change: FieldChange) -> str:
+    if change.path.endswith(f"annotations.{ANN_INPUTS}"):  # digests are never shown
+        names = changed_inputs(str(change.before or ""), str(change.after or ""))
+        return f"a change of {' and '.join(names)} (which its pods use)"
+    return f"{change.path} ({_short(change.before)} -> {_short(change.after)})"
 
 
 def _short(value: JSON) -> str:

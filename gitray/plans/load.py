@@ -28,10 +28,12 @@ from gitray.core.snapshot import (
     Snapshot,
     is_manifest_name,
 )
+from gitray.parsing.cel import rule_findings
 from gitray.parsing.config import config_diagnostics
 from gitray.parsing.defaults import with_defaults
 from gitray.parsing.globs import matches_any
-from gitray.parsing.jsonschemas import load_schema, schema_errors
+from gitray.parsing.jsonschemas import document_errors
+from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
 from gitray.plans.fields import refused_path
@@ -59,11 +61,20 @@ class LoadResult:
     workloads: tuple[Workload, ...]  # Ray workloads and supporting objects, sorted by key
     diagnostics: tuple[Diagnostic, ...]  # sorted; non-empty => the revision is invalid
     warnings: tuple[Diagnostic, ...] = ()  # sorted; worth saying, never stop a revision
+    kuberay: KubeRaySchemas | None = None  # the schemas the manifests were judged by
+
+
+_CEL_UNEVALUATED = "CEL rule not evaluated by gitray"  # the start of such warnings
 
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
-                  memo: LoadMemo | None = None) -> LoadResult:
+                  memo: LoadMemo | None = None,
+                  kuberay: KubeRaySchemas | None = None) -> LoadResult:
     """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
+
+    Ray workloads are judged by ``kuberay`` (the CRDs a cluster serves), else by the packaged
+    schemas of the config's ``kuberayVersion``. Transition rules (CEL rules reading
+    ``oldSelf``) are not run here: they need the live object (``gitray.plans.transitions``).
 
     With a ``memo`` from earlier loads, files whose bytes (and settings) are unchanged are not
     parsed again: a new commit costs what it changed, not the size of the repository.
@@ -79,6 +90,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     )
     if config_problems:
         return LoadResult(config, (), config_problems)
+    kuberay = kuberay or packaged(config.kuberay_version)
 
     diagnostics: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
@@ -89,15 +101,29 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     for repo_file in _selected(snapshot, config, diagnostics):
         if budget.left < 0:
             break  # reported once, at the file that went over
-        found = _file(repo_file, config, budget, memo)
+        found = _file(repo_file, config, kuberay, budget, memo)
         workloads += found.workloads
         diagnostics += found.diagnostics
         warnings += found.warnings
     _check_duplicates(workloads, diagnostics)
+    warnings = _once(warnings)
     if diagnostics:
-        return LoadResult(config, (), _capped(diagnostics), _capped(warnings))
+        return LoadResult(config, (), _capped(diagnostics), _capped(warnings), kuberay)
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
-                      _capped(warnings))
+                      _capped(warnings), kuberay)
+
+
+def _once(warnings: list[Diagnostic]) -> list[Diagnostic]:
+    """Each CEL rule gitray cannot evaluate is reported once per load, where first met."""
+    seen: set[str] = set()
+    out = []
+    for warning in sorted(warnings):
+        if warning.message.startswith(_CEL_UNEVALUATED):
+            if warning.message in seen:
+                continue
+            seen.add(warning.message)
+        out.append(warning)
+    return out
 
 
 def _selected(snapshot: Snapshot, config: Config, diagnostics: list[Diagnostic]) -> list[RepoFile]:
@@ -151,8 +177,12 @@ class _FileResult:
     warnings: tuple[Diagnostic, ...] = ()
 
 
+_MemoKey = tuple[Config, KubeRaySchemas, str, str]
+
+
 class LoadMemo:
-    """Per-file results of the previous load, keyed by settings, path and the bytes' identity
+    """Per-file results of the previous load, keyed by settings, schemas, path and the bytes'
+    identity
     (Git's blob id, or the SHA-256 of files not read from Git).
 
     Holds only the files of the last load (each load replaces it), so it never grows past one
@@ -160,21 +190,21 @@ class LoadMemo:
     """
 
     def __init__(self) -> None:
-        self._last: dict[tuple[Config, str, str], _FileResult] = {}
-        self._now: dict[tuple[Config, str, str], _FileResult] = {}
+        self._last: dict[_MemoKey, _FileResult] = {}
+        self._now: dict[_MemoKey, _FileResult] = {}
         self.hits = 0  # files served from the memo in the current load (logs, benchmarks)
 
     def start(self) -> None:
         self._last, self._now, self.hits = self._now, {}, 0
 
-    def get(self, key: tuple[Config, str, str]) -> _FileResult | None:
+    def get(self, key: _MemoKey) -> _FileResult | None:
         found = self._last.get(key)
         if found is not None:
             self._now[key] = found
             self.hits += 1
         return found
 
-    def put(self, key: tuple[Config, str, str], result: _FileResult) -> None:
+    def put(self, key: _MemoKey, result: _FileResult) -> None:
         self._now[key] = result
 
     def __len__(self) -> int:
@@ -189,10 +219,10 @@ def _digest(repo_file: RepoFile) -> str:
     return hashlib.sha256(repo_file.data or b"").hexdigest()
 
 
-def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
+def _file(repo_file: RepoFile, config: Config, kuberay: KubeRaySchemas, budget: NodeBudget,
           memo: LoadMemo | None) -> _FileResult:
     """The workloads and problems of one file (from the memo when its bytes are known)."""
-    key = (config, repo_file.path, _digest(repo_file)) \
+    key = (config, kuberay, repo_file.path, _digest(repo_file)) \
         if memo is not None and repo_file.data is not None else None
     if key is not None and memo is not None:
         known = memo.get(key)
@@ -206,7 +236,7 @@ def _file(repo_file: RepoFile, config: Config, budget: NodeBudget,
     warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
     for document in _documents(repo_file, budget, diagnostics):
-        workload = _workload(document, config, diagnostics, warnings)
+        workload = _workload(document, config, kuberay, diagnostics, warnings)
         if workload is not None:
             workloads.append(workload)
     result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left,
@@ -247,8 +277,8 @@ def _documents(
 
 
 def _workload(
-    document: YamlDocument, config: Config, diagnostics: list[Diagnostic],
-    warnings: list[Diagnostic],
+    document: YamlDocument, config: Config, kuberay: KubeRaySchemas,
+    diagnostics: list[Diagnostic], warnings: list[Diagnostic],
 ) -> Workload | None:
     value = document.value
     if not isinstance(value, dict):
@@ -266,7 +296,7 @@ def _workload(
     identity = check_identity(document, kind, config, diagnostics)
     problems = check_rules(kind, document, warnings)
     if kind in _RAY_KINDS:
-        problems += _schema_problems(document, kind)
+        problems += _schema_problems(document, kind, kuberay, warnings)
     diagnostics.extend(problems)
     if identity is None or problems:
         return None
@@ -282,12 +312,15 @@ def _workload(
     )
 
 
-def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
+def _schema_problems(document: YamlDocument, kind: str, kuberay: KubeRaySchemas,
+                     warnings: list[Diagnostic]) -> list[Diagnostic]:
     problems = []
-    name = f"{kind.lower()}.schema.json"
-    errors = list(schema_errors(name, document.value))
+    name, schema = kuberay.schema_key(kind), kuberay.schemas[kind]
+    errors = list(document_errors(name, schema, document.value))
     if errors:  # judge it as the API server does: after the CRD's defaults (rarely needed)
-        errors = list(schema_errors(name, with_defaults(load_schema(name), document.value)))
+        errors = list(document_errors(name, schema, with_defaults(schema, document.value)))
+    if not errors:  # the CEL rules judge values of the right types only
+        return _rule_problems(document, kind, kuberay, warnings)
     for path, message in errors:
         if path[:1] in (("apiVersion",), ("kind",), ("metadata",)) or path == (
             "spec",
@@ -302,6 +335,21 @@ def _schema_problems(document: YamlDocument, kind: str) -> list[Diagnostic]:
             continue  # refused by name (gitray.plans.fields)
         where = document.locate(path)
         problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
+    return problems
+
+
+def _rule_problems(document: YamlDocument, kind: str, kuberay: KubeRaySchemas,
+                   warnings: list[Diagnostic]) -> list[Diagnostic]:
+    problems = []
+    for finding in rule_findings(kuberay.rules[kind], document.value):
+        where = document.locate(finding.path)
+        if finding.evaluated:
+            problems.append(Diagnostic(where, f"{format_path(finding.path)}: {finding.message}"))
+        else:
+            rule_at = format_path(tuple(finding.rule.path))
+            warnings.append(Diagnostic(where, f"{_CEL_UNEVALUATED}: {kind} {rule_at}: "
+                                       f"{finding.rule.rule!r} ({finding.message}); the API "
+                                       "server will judge it at apply time"))
     return problems
 
 

@@ -17,6 +17,7 @@ from gitray.core.model import (
     ANN_FAILED,
     ANN_SERVE_CONFIG_HASH,
     ANN_SPEC_HASH,
+    ANN_TEMPLATE_HASH,
     ANN_WAVE,
     ANN_WORKLOAD_KEY,
     API_VERSION_RAY,
@@ -43,6 +44,7 @@ from gitray.plans.names import (
     object_spec_hash,
     serve_service_name,
     service_cluster_name,
+    template_hash,
 )
 from gitray.plans.serveservice import (
     serve_service_hash,
@@ -75,7 +77,8 @@ DEFAULT_HEAD_PORTS: dict[str, int] = {
 
 # Annotations only gitray writes; a manifest from Git cannot set them.
 _OWN_ANNOTATIONS = frozenset({ANN_WORKLOAD_KEY, ANN_SPEC_HASH, ANN_CLUSTER_HASH,
-                              ANN_SERVE_CONFIG_HASH, ANN_DELETE_AFTER, ANN_FAILED})
+                              ANN_SERVE_CONFIG_HASH, ANN_DELETE_AFTER, ANN_FAILED,
+                              ANN_TEMPLATE_HASH})
 
 
 def managed_labels(key: ObjectKey, instance: str, role: Role) -> dict[str, str]:
@@ -120,7 +123,7 @@ def cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:
         "kind": Kind.RAY_CLUSTER.value,
         "metadata": _metadata(
             workload.manifest, workload.key.name, workload.key, instance, Role.CLUSTER,
-            {ANN_SPEC_HASH: cluster_spec_hash(spec)},
+            {ANN_SPEC_HASH: cluster_spec_hash(spec), ANN_TEMPLATE_HASH: template_hash(spec)},
         ),
         "spec": spec,
     }

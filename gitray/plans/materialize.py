@@ -19,6 +19,7 @@ from gitray.plans.gateway import (
     gateway_manifest,
     route_manifest,
 )
+from gitray.plans.inputs import with_inputs
 from gitray.plans.manifests import (
     cluster_manifest,
     job_manifest,
@@ -43,7 +44,7 @@ def as_live(manifest: Mapping[str, Any], status: Mapping[str, Any] | None = None
 
 def materialize(workloads: Sequence[Workload], config: Config) -> LiveState:
     objects: list[LiveObject] = []
-    for w in workloads:
+    for w in with_inputs(workloads):
         if w.key.kind == Kind.RAY_SERVICE and foreign_manager(w.spec) is not None:
             continue  # another controller's: gitray made nothing for it
         if w.key.kind == Kind.RAY_SERVICE:

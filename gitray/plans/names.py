@@ -16,6 +16,7 @@ from gitray.parsing.yamlsafe import parse_documents
 
 __all__ = [
     "NAME_HASH_LENGTH",
+    "UPGRADE_RECREATE",
     "autoscaling_enabled",
     "blank_autoscaler_fields",
     "cluster_hash",
@@ -24,10 +25,13 @@ __all__ = [
     "job_run_name",
     "object_spec_hash",
     "parse_serve_config",
+    "recreates_pods",
     "remember_serve_config",
     "serve_config_hash",
     "serve_service_name",
     "service_cluster_name",
+    "template_hash",
+    "template_view",
 ]
 
 NAME_HASH_LENGTH = 5  # <service(<=47)>-<5> <= 53 chars, so "<cluster>-serve-svc" fits 63
@@ -97,6 +101,45 @@ def cluster_spec_hash(cluster_spec: Mapping[str, JSON]) -> str:
     if autoscaling_enabled(cluster_spec):
         return stable_hash(blank_autoscaler_fields(cluster_spec, bounds=False))
     return stable_hash(_without(cluster_spec, (), (), drop_empty_strategy=False))
+
+
+UPGRADE_RECREATE = "Recreate"
+
+
+def recreates_pods(spec: Mapping[str, Any]) -> bool:
+    """``spec.upgradeStrategy.type: Recreate``: KubeRay recreates every pod of the cluster
+    when its pod-template hash changes."""
+    strategy = spec.get("upgradeStrategy")
+    return isinstance(strategy, Mapping) and strategy.get("type") == UPGRADE_RECREATE
+
+
+def _muted(template: Any) -> Any:
+    if not isinstance(template, Mapping):
+        return template
+    pod = dict(template.get("spec") or {})
+    pod.pop("tolerations", None)
+    pod.pop("schedulingGates", None)
+    return {**template, "spec": pod}
+
+
+def template_view(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What KubeRay's Recreate upgrade hashes (GenerateHashWithoutReplicasAndWorkersToDelete):
+    the spec without worker replicas, min/maxReplicas, workersToDelete, the templates'
+    tolerations and schedulingGates, and upgradeStrategy."""
+    view = blank_autoscaler_fields(spec)
+    view.pop("upgradeStrategy", None)
+    head = view.get("headGroupSpec")
+    if isinstance(head, Mapping):
+        view["headGroupSpec"] = {**head, "template": _muted(head.get("template"))}
+    view["workerGroupSpecs"] = [
+        {**g, "template": _muted(g.get("template"))} if isinstance(g, Mapping) else g
+        for g in view.get("workerGroupSpecs") or []]
+    # suspend is no template field, but blank_autoscaler_fields left it out already
+    return view
+
+
+def template_hash(spec: Mapping[str, Any]) -> str:
+    return stable_hash(template_view(spec))
 
 
 def object_spec_hash(manifest: Mapping[str, JSON]) -> str:

@@ -26,7 +26,7 @@ memory is bounded by the largest batch, and the plan is the same as planning eve
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -34,11 +34,13 @@ from gitray.core.config import Config
 from gitray.core.errors import ValidationError
 from gitray.core.livestore import batch_namespace
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
+from gitray.plans.inputs import explain_inputs, with_inputs
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.sensitive import redact_plan, rules_for
 
 __all__ = ["Planner", "compute_plan", "order_key"]
 
@@ -65,15 +67,19 @@ def compute_plan(
     exact: bool = False,
     label: str = "",
     absent_apis: frozenset[str] = frozenset(),
+    remembered: Mapping[ObjectKey, Mapping[str, str]] | None = None,
 ) -> Plan:
     """The plan that brings ``live`` to ``desired``.
 
     ``exact`` says ``live`` was synthesised from a Git revision (``--against REV``/``empty``),
     so full field diffs are shown; against a real cluster only the fields Git sets compare.
     ``absent_apis``: apiVersions the API server does not serve (their live objects count as
-    none; a workload whose steps need them gets a note).
+    none; a workload whose steps need them gets a note). ``remembered``: per RayJob, the runs
+    gitray started (name -> outcome, from the run records): a remembered run that is gone
+    stays done. Absent for previews that read no run records (``--against empty|REV``).
     """
-    planner = Planner(desired, config, now=now, exact=exact, absent_apis=absent_apis)
+    planner = Planner(desired, config, now=now, exact=exact, absent_apis=absent_apis,
+                      remembered=remembered or {})
     namespaces = {w.key.namespace for w in desired}
     namespaces |= {batch_namespace(o.owner, o.namespace) for o in live.objects}
     planner.add(namespaces, live)
@@ -89,11 +95,13 @@ class Planner:
     """
 
     def __init__(self, desired: Sequence[Workload], config: Config, *, now: datetime,
-                 exact: bool = False, absent_apis: frozenset[str] = frozenset()) -> None:
+                 exact: bool = False, absent_apis: frozenset[str] = frozenset(),
+                 remembered: Mapping[ObjectKey, Mapping[str, str]] | None = None) -> None:
         self._config, self._now, self._exact = config, now, exact
+        self._remembered = remembered or {}
         self._absent_apis = absent_apis
         self._by_ns: dict[str, dict[ObjectKey, Workload]] = {}
-        for w in desired:
+        for w in with_inputs(desired):  # what the pods use is part of the spec
             self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
         # an empty revision prunes nothing unless allowed; prune: false never prunes
         self._prune = (bool(desired) or config.allow_empty) and config.prune
@@ -121,7 +129,8 @@ class Planner:
         for key in sorted([*desired, *pruned]):
             try:
                 self._plans.append(_plan_one(key, desired.get(key), live, self._config,
-                                             self._now, self._exact))
+                                             self._now, self._exact,
+                                             self._remembered.get(key, {})))
             except ValidationError as e:  # refused against live state (upgradeStrategy None)
                 self._refused.extend(e.diagnostics)
 
@@ -155,13 +164,20 @@ class Planner:
 
 
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
-              now: datetime, exact: bool) -> WorkloadPlan:
+              now: datetime, exact: bool, remembered: Mapping[str, str]) -> WorkloadPlan:
+    # no sensitive value (Secret data, sensitiveFields) leaves the planner
+    wp = explain_inputs(_plan_kind(key, workload, live, config, now, exact, remembered))
+    return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
+
+
+def _plan_kind(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
+               now: datetime, exact: bool, remembered: Mapping[str, str]) -> WorkloadPlan:
     owned = live.owned_by(key)
     if key.kind == Kind.RAY_SERVICE:
         return plan_rayservice(key, workload, owned, config, now, exact)
     if key.kind == Kind.RAY_CLUSTER:
         return plan_raycluster(key, workload, owned, config, exact)
     if key.kind == Kind.RAY_JOB:
-        return plan_rayjob(key, workload, owned, config)
+        return plan_rayjob(key, workload, owned, config, remembered)
     # a RayCronJob is a definition KubeRay schedules: applied, updated and pruned as written
     return plan_object(key, workload, owned, config, exact)

@@ -7,8 +7,12 @@ retention count are deleted, oldest first; a superseded run still going is left 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gitray.core.config import Config
-from gitray.core.model import LiveObject, ObjectKey, Workload
+from gitray.core.model import Kind, LiveObject, ObjectKey, Workload
+from gitray.plans.inputs import changed_inputs, inputs_annotation, used
 from gitray.plans.manifests import job_manifest
 from gitray.plans.plan import Action, StepType, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
@@ -27,12 +31,24 @@ def _created(job: LiveObject) -> str:
     return str(job.metadata.get("creationTimestamp") or "")
 
 
+def _why_new(latest: LiveObject, manifest: Mapping[str, Any]) -> str:
+    """Why the spec's run is not the latest one: what its pods use changed, or its spec."""
+    kind = Kind.RAY_JOB.value
+    changed = changed_inputs(inputs_annotation(kind, latest.spec),
+                             inputs_annotation(kind, manifest["spec"]))
+    return f"{used(changed)} changed" if changed else "the spec changed"
+
+
 def plan_rayjob(
     key: ObjectKey,
     workload: Workload | None,
     owned: tuple[LiveObject, ...],
     config: Config,
+    remembered: Mapping[str, str],
 ) -> WorkloadPlan:
+    """``remembered``: run name -> outcome of the runs gitray started for ``key`` (from its
+    run record); a remembered run that is no longer live (KubeRay deleted it when it finished,
+    ``deletionStrategy``) stays done."""
     runs = sorted((o for o in owned if o.kind == key.kind), key=lambda j: (_created(j), j.name))
     if workload is None:
         return removal_plan(key, runs, StepType.DELETE_JOB, wave_from=owned)
@@ -43,9 +59,16 @@ def plan_rayjob(
     current = next((r for r in runs if r.name == name), None)
     notes: list[str] = []
     action = Action.NOOP
-    if current is None:
+    if current is None and name in remembered:
+        notes.append(f"run {name} was started before and is gone (KubeRay deletes it when it "
+                     f"finishes, by its deletionStrategy); recorded outcome: "
+                     f"{remembered[name]}; it is not run again")
+    elif current is None:
+        why = _why_new(runs[-1], manifest) if runs else ""
+        if why:
+            notes.append(f"a new run because {why}")
         steps.add(StepType.CREATE_JOB, name, {"manifest": manifest},
-                  f"start run {name} of {key.name}" + (" (the spec changed)" if runs else ""))
+                  f"start run {name} of {key.name}" + (f" ({why})" if why else ""))
         steps.add(StepType.WAIT_JOB, name,
                   {"job": name, "timeoutSeconds": config.rayjob.timeout_s},
                   "wait for the run to finish")

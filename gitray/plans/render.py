@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from gitray.core.model import JSON
 from gitray.plans.plan import Action, FieldChange, Plan, Step, StepType, WorkloadPlan, plan_to_json
+from gitray.plans.sensitive import SENSITIVE
 
 __all__ = ["COMMENT_MARKER", "Format", "describe_step", "render", "summary_line"]
 
@@ -56,6 +57,11 @@ def describe_step(step: Step) -> str:
     match step.type:
         case StepType.CREATE_CLUSTER:
             return f"create RayCluster {t}"
+        case StepType.UPDATE_CLUSTER if p.get("recreatePods"):
+            return (f"update RayCluster {t}: KubeRay recreates all its pods with the new "
+                    "template (upgradeStrategy Recreate)")
+        case StepType.UPDATE_CLUSTER if p.get("newPodsOnly"):
+            return f"update RayCluster {t}: only pods created from now on get the new template"
         case StepType.UPDATE_CLUSTER:
             keep = " (keeping the autoscaler's replicas)" if p.get("preserveLiveReplicas") else ""
             return f"update RayCluster {t} in place{keep}"
@@ -145,6 +151,10 @@ def _value(value: JSON) -> str:
 
 
 def _change_line(change: FieldChange) -> str:
+    if SENSITIVE in (change.before, change.after):  # never a value, only that it changed
+        marker = "+" if change.before is None else "-" if change.after is None else "~"
+        what = f"{SENSITIVE[:-1]} changed)" if marker == "~" else SENSITIVE
+        return f"{marker} {change.path}: {what}"
     if change.before is None:
         return f"+ {change.path}: {_value(change.after)}"
     if change.after is None:
@@ -183,6 +193,10 @@ def _traffic_steps(w: WorkloadPlan) -> int:
 
 
 def _verb(w: WorkloadPlan) -> str:
+    if any(s.params.get("recreatePods") for s in w.steps):
+        return "will be updated; KubeRay recreates its pods"
+    if any(s.params.get("newPodsOnly") for s in w.steps):
+        return "will be updated (its running pods keep the old template)"
     steps = _traffic_steps(w)
     if w.action is Action.REPLACE and steps:
         return f"will get a new cluster (incremental: {steps} traffic steps)"

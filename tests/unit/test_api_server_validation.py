@@ -12,6 +12,7 @@ import pytest
 
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.parsing.defaults import with_defaults
+from gitray.parsing.kuberay import KUBERAY_VERSIONS
 from gitray.plans.fields import HANDLED, REFUSED
 from gitray.plans.load import LoadResult, load_snapshot
 
@@ -160,8 +161,10 @@ def test_generate_name_next_to_a_name_is_refused_too() -> None:
 # --- RayService spec fields -----------------------------------------------------------------
 
 
-def test_every_rayservice_spec_field_is_handled_or_refused() -> None:
-    schema = json.loads((ROOT / "schemas" / "rayservice.schema.json").read_text())
+@pytest.mark.parametrize("release", KUBERAY_VERSIONS)
+def test_every_rayservice_spec_field_is_handled_or_refused(release: str) -> None:
+    schema = json.loads((ROOT / "schemas" / f"kuberay-{release}" / "rayservice.schema.json")
+                        .read_text())
     fields = set(schema["properties"]["spec"]["properties"])
     assert fields, "the RayService schema has no spec fields?"
     assert not set(HANDLED) & set(REFUSED)

@@ -17,6 +17,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitray.parsing.jsonschemas import _compiled, _validator
+from gitray.parsing.kuberay import KUBERAY_VERSIONS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples-repo"
 Path_ = tuple[str | int, ...]
@@ -27,7 +28,8 @@ def examples() -> list[tuple[str, dict[str, Any]]]:
     for path in sorted(EXAMPLES.rglob("*.yaml")):
         for doc in YAML(typ="safe").load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("apiVersion") == "ray.io/v1":
-                out.append((f"{doc['kind'].lower()}.schema.json", doc))
+                for release in KUBERAY_VERSIONS:
+                    out.append((f"kuberay-{release}/{doc['kind'].lower()}.schema.json", doc))
     return out
 
 
@@ -81,8 +83,9 @@ CASES = [(name, label, mutated) for name, doc in examples()
 
 
 def test_the_examples_give_the_three_kinds_and_many_cases() -> None:
-    assert {name for name, _, _ in CASES} == {"raycluster.schema.json", "rayjob.schema.json",
-                                              "rayservice.schema.json"}
+    assert {name for name, _, _ in CASES} == {
+        f"kuberay-{release}/{kind}.schema.json" for release in KUBERAY_VERSIONS
+        for kind in ("raycluster", "rayjob", "rayservice")}
     assert len(CASES) > 2000
 
 
@@ -99,8 +102,9 @@ def test_both_validators_agree_on_every_case() -> None:
     assert invalid > len(CASES) // 3  # the mutations do break the schema, mostly
 
 
-@pytest.mark.parametrize("name", ["raycluster.schema.json", "rayjob.schema.json",
-                                  "rayservice.schema.json"])
+@pytest.mark.parametrize("name", [f"kuberay-{release}/{kind}.schema.json"
+                                  for release in KUBERAY_VERSIONS
+                                  for kind in ("raycluster", "rayjob", "rayservice")])
 def test_a_non_mapping_is_invalid_for_both(name: str) -> None:
     for value in ([], "x", 3, None):
         assert not _compiled(name).is_valid(value)

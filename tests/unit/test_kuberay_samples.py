@@ -1,9 +1,12 @@
-"""Every KubeRay sample (config/samples of the pinned ray-operator module) validates and plans.
+"""Every KubeRay v1.6.2 sample (config/samples of the ray-operator module) validates and plans,
+judged by the schemas of each KubeRay release gitray ships (v1.6.2 and v1.7.0).
 
 A new user brings KubeRay's own manifests: each sample's ``ray.io`` objects and ConfigMaps go
-in a repository of their own (``allowedNamespaces: ["*"]``), then load and plan against an
-empty cluster. The exceptions are listed below with the message they must get; any other
-failure, or a listed sample that passes, fails the test.
+in a repository of their own (``allowedNamespaces: ["*"]``, ``kuberayVersion`` the release),
+then load and plan against an empty cluster. (The v1.7.0 source beside the repository,
+``../shared/kuberay-v1.7.0``, comes without ``config/samples``; when a samples folder is
+there it is checked the same way.) The exceptions are listed below with the message they
+must get; any other failure, or a listed sample that passes, fails the test.
 
 The module comes from the Go module cache through ``go mod download -json`` (the same module
 ``scripts/gen-schemas`` and ``scripts/testenv build`` use). Without it the test fails: the
@@ -24,15 +27,17 @@ from ruamel.yaml import YAML
 
 from gitray.core.model import LiveState
 from gitray.core.snapshot import RepoFile, Snapshot
+from gitray.parsing.kuberay import KUBERAY_VERSIONS
 from gitray.plans.load import load_snapshot
 from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "github.com/ray-project/kuberay/ray-operator"
-VERSION = json.loads((ROOT / "schemas" / "rayservice.schema.json").read_text())[
-    "x-kuberay-version"]
-CONFIG = b'apiVersion: gitray.io/v1alpha1\nkind: Config\nallowedNamespaces: ["*"]\n'
+VERSION = "v1.6.2"  # the newest release the Go module proxy serves
+V170_SAMPLES = ROOT.parent / "shared" / "kuberay-v1.7.0" / "ray-operator" / "config" / "samples"
+CONFIG = 'apiVersion: gitray.io/v1alpha1\nkind: Config\nallowedNamespaces: ["*"]\n' \
+    'kuberayVersion: {}\n'
 GENERATE_NAME = "metadata.generateName is not supported: GitOps needs a stable name"
 
 # Samples that ask for something gitray refuses by name, with the message they must get.
@@ -59,6 +64,8 @@ def _samples_dir() -> tuple[Path | None, str]:
 SAMPLES, PROBLEM = _samples_dir()
 YAML_FILES = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.yaml")) \
     if SAMPLES is not None and SAMPLES.is_dir() else []
+V170_FILES = sorted(p.relative_to(V170_SAMPLES).as_posix() for p in V170_SAMPLES.rglob("*.yaml")) \
+    if V170_SAMPLES.is_dir() else []
 
 
 @dataclass(frozen=True)
@@ -68,9 +75,10 @@ class Sample:
     generate_name: bool
 
 
-def _sample(path: str) -> Sample:
-    assert SAMPLES is not None
-    text = (SAMPLES / path).read_text(encoding="utf-8")
+def _sample(path: str, folder: Path | None = None) -> Sample:
+    folder = folder or SAMPLES
+    assert folder is not None
+    text = (folder / path).read_text(encoding="utf-8")
     kept: list[str] = []
     kinds: list[str] = []
     generate_name = False
@@ -102,12 +110,29 @@ def test_the_sample_corpus_is_there() -> None:
 
 
 # Without the module there is one case, which fails (pytest would skip an empty list).
+@pytest.mark.parametrize("release", KUBERAY_VERSIONS)
 @pytest.mark.parametrize("path", SAMPLE_FILES or ["(no KubeRay samples)"])
-def test_a_kuberay_sample_validates_and_plans(path: str) -> None:
+def test_a_kuberay_sample_validates_and_plans(path: str, release: str) -> None:
     assert path in SAMPLE_FILES, f"no KubeRay samples: {PROBLEM}"
-    sample = _sample(path)
-    files = (RepoFile("gitray.yaml", CONFIG), RepoFile(Path(path).name, sample.text.encode()))
+    _check(_sample(path), path, release)
+
+
+def test_the_kuberay_v170_samples_validate_and_plan_when_there() -> None:
+    if not V170_FILES:  # as its README says: released source without config/samples
+        readme = (V170_SAMPLES.parents[2] / "README.md").read_text()
+        assert "config/samples/` is left out" in readme
+        return
+    for path in V170_FILES:
+        sample = _sample(path, V170_SAMPLES)
+        if any(k != "ConfigMap" for k in sample.kinds):
+            _check(sample, path, "v1.7.0")
+
+
+def _check(sample: Sample, path: str, release: str) -> None:
+    config = CONFIG.format(release).encode()
+    files = (RepoFile("gitray.yaml", config), RepoFile(Path(path).name, sample.text.encode()))
     result = load_snapshot(Snapshot("worktree", path, files))
+    assert result.kuberay is not None and result.kuberay.version == release
     messages = [str(d) for d in result.diagnostics]
     if sample.generate_name:
         assert messages, f"{path} uses generateName and was accepted"
