@@ -20,6 +20,8 @@
   build`; they run in scripts/test with the rest, alone with `scripts/test-gateway`). When one
   is selected, the session's environment is started with `up --gateway`; the `gateway` fixture
   gives Traefik's `web` and `metrics` URLs.
+- `remote` (function): a bare Git repository (`main`) in the test's tmp dir and a work
+  clone (`GitOpsRepo`) whose `origin` it is: what `gitray sync` tests push to.
 - `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the
   Ray pod runner, which runs Ray heads on the host: what bench/ uses), for the runner's tests;
   `kwok_namespace` (function): a fresh namespace in it.
@@ -31,12 +33,14 @@ the tests (never skips), with or without CI=true.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration.gitops import GitOpsRepo
 from tests.testenv.helpers import (
     EnvUnavailable,
     TestEnv,
@@ -118,6 +122,15 @@ def namespace(testenv: TestEnv) -> Iterator[str]:
         yield name
     finally:
         drop_namespace(testenv, name)
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    work = GitOpsRepo(tmp_path / "work")
+    work.git("remote", "add", "origin", str(bare))
+    return bare, work
 
 
 @pytest.fixture

@@ -32,15 +32,6 @@ def start_sync(testenv: TestEnv, namespace: str, remote: Path, tmp_path: Path,
                          interval=interval, extra=("--webhook-secret-file", str(secret_file)))
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
-    bare = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
-    work = GitOpsRepo(tmp_path / "work")
-    work.git("remote", "add", "origin", str(bare))
-    return bare, work
-
-
 def push(work: GitOpsRepo, message: str, files: dict[str, str | None]) -> str:
     sha = work.commit(message, files)
     work.git("push", "-q", "origin", "main")

@@ -59,15 +59,6 @@ def live_secret(env: TestEnv, ns: str) -> tuple[dict[str, str], str]:
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
-    bare = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
-    work = GitOpsRepo(tmp_path / "work")
-    work.git("remote", "add", "origin", str(bare))
-    return bare, work
-
-
-@pytest.fixture
 def host() -> Iterator[GitHost]:
     with GitHost(token=STATUS_TOKEN) as h:
         h.add_issue(PR)
