@@ -75,9 +75,10 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
 
 
 def _check(result: LoadResult, warn: bool = True, report: str | None = None,
-           repo: str = "") -> None:
-    """Warnings and the schemas used on stderr, or with ``report`` (--format
-    github|codeclimate|sarif) errors and warnings in one report; invalid manifests raise."""
+           repo: str = "", note: bool = True) -> None:
+    """Warnings and (with ``note``, when the manifests are valid) the schemas used on stderr,
+    or with ``report`` (--format github|codeclimate|sarif) errors and warnings in one report;
+    invalid manifests raise, their errors first: nothing is said before them."""
     if report:
         from gitray.cli.reports import print_findings
 
@@ -87,10 +88,14 @@ def _check(result: LoadResult, warn: bool = True, report: str | None = None,
         return
     for warning in result.warnings if warn else ():
         print(f"{warning.location}: warning: {warning.message}", file=sys.stderr)
-    if warn and result.kuberay is not None:
-        print(f"Manifests judged by {_schemas_note(result)}.", file=sys.stderr)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
+    if warn and note and result.kuberay is not None:
+        _say_schemas(result)
+
+
+def _say_schemas(result: LoadResult) -> None:
+    print(f"Manifests judged by {_schemas_note(result)}.", file=sys.stderr)
 
 
 def _schemas_note(result: LoadResult) -> str:
@@ -187,7 +192,7 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
         kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
                                                  .kuberay_version))
         result = load_snapshot(snapshot, overrides, kuberay=kuberay)
-        _check(result, report=report, repo=args.repo)
+        _check(result, report=report, repo=args.repo, note=False)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)
         except GitrayError as e:  # e.g. a CI identity that may not read the records
@@ -195,6 +200,8 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
                   "it finished shows as a new run", file=sys.stderr)
             records = []
         plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
+        if report is None:  # after a refusal by the planner (its error comes first)
+            _say_schemas(result)
     finally:
         kube.close()
     return result, snapshot, plan
@@ -302,14 +309,15 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     kube = Kube.connect(_kube_settings(args))
     try:
         desired = desired_from(snapshot, overrides, kube=kube)  # judged by the cluster's CRDs
-        print(f"Manifests judged by {_schemas_note(desired.result)}.", file=sys.stderr)
         records = read_records(kube, _lease_namespace(args), desired.config)
         if args.plan_file:
             plan = _read_plan_file(args.plan_file)
             check_saved_plan(plan, kube, desired, records)
+            _say_schemas(desired.result)
             print(f"The saved plan {args.plan_file} is current; applying it.")
         else:
             plan, _ = live_plan(kube, desired, records=records)
+            _say_schemas(desired.result)  # after a refusal by the planner (its error first)
             sys.stdout.write(render(plan, Format.TEXT, colour=sys.stdout.isatty()))
             refuse_unappliable(kube, plan)  # before asking (execute checks again)
             if plan.has_changes and not args.yes:

@@ -165,9 +165,11 @@ def test_both_refuse_an_update_breaking_a_transition_rule(leaf: str, v17env: Tes
     line, col = map(int, found[0])  # at the field, in the revision
     text = (tmp_path / "cluster.yaml").read_text().splitlines()
     assert text[line - 1][col - 1:].startswith(f"{leaf}: {after}"), (line, col)
-    assert "Manifests judged by KubeRay v1.7.0 schemas (served by the cluster): 15 CEL rules " \
-        "checked, 11 transition rules against the live objects." in err, err
-    # the same manifest with the live value plans
+    # a refusal is the whole answer: nothing is said before (or instead of) the error
+    assert err.splitlines()[0].startswith("cluster.yaml:"), err
+    # the same manifest with the live value plans, judged by the cluster's CRDs
     (tmp_path / "cluster.yaml").write_text(dump(set_at(changed, path, before)))
     assert main(["plan", "--repo", str(tmp_path), "--against", "live",
                  "--kubeconfig", v17env.kubeconfig]) == 0, capsys.readouterr().err
+    assert "Manifests judged by KubeRay v1.7.0 schemas (served by the cluster): 15 CEL rules " \
+        "checked, 11 transition rules against the live objects." in capsys.readouterr().err
