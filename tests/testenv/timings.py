@@ -4,7 +4,8 @@
 
 - ``phases.tsv``  ``<phase> <seconds> <exit code>`` per step of scripts/test (``phase``);
 - ``build.tsv``   ``<component> <seconds|cached>`` per component of ``scripts/testenv build``
-                  (``note_build``, called by tests/testenv/build.py and traefik.py);
+                  (``note_build``, called by tests/testenv/build.py and traefik.py, writing
+                  to ``$GITRAY_BUILD_TIMINGS``, which scripts/test sets for the build alone);
 - ``pytest-<pid>.json`` per test module: seconds (setup + call + teardown of its tests, so
                   a session fixture's start-up counts in the first module that needs it) and
                   outcomes, written by this module loaded as a pytest plugin
@@ -35,12 +36,16 @@ def _dir() -> Path | None:
     return Path(value) if value else None
 
 
+BUILD_VAR = "GITRAY_BUILD_TIMINGS"  # set by scripts/test for its build phase alone
+
+
 def note_build(component: str, seconds: float | None) -> None:
-    """Record one build component of this run: its seconds, or None when it was cached."""
-    where = _dir()
-    if where is None:
+    """Record one build component of this run: its seconds, or None when it was cached (only
+    in scripts/test's build phase: a test that runs a build must not add rows)."""
+    path = os.environ.get(BUILD_VAR)
+    if not path:
         return
-    with (where / "build.tsv").open("a") as fh:
+    with Path(path).open("a") as fh:
         fh.write(f"{component}\t{'cached' if seconds is None else f'{seconds:.1f}'}\n")
 
 

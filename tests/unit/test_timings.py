@@ -58,6 +58,7 @@ def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
     assert data["modules"]["tests/unit/test_b.py"] == {"seconds": 0.5, "failed": 1,
                                                        "skipped": 1}
     (tmp_path / "phases.tsv").write_text("build\t700\t0\npytest\t60\t1\n")
+    monkeypatch.setenv(timings.BUILD_VAR, str(tmp_path / "build.tsv"))
     timings.note_build("etcd", 112.04)
     timings.note_build("kwok", None)
     lines = timings.summary(tmp_path, 800)
