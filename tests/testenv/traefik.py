@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.build import BuildError, _go_env, module_dir
+from tests.testenv.build import BuildError, _download, module_dir
 from tests.testenv.timings import note_build
 
 __all__ = ["GATEWAY_API", "TRAEFIK", "GatewayLayout", "build_gateway"]
@@ -100,25 +100,14 @@ def _extract_crds(gl: GatewayLayout, cwd: Path) -> int:
 
 def _check_pins(gl: GatewayLayout) -> None:
     """The Gateway API CRDs must be the version Traefik was built against (its go.mod)."""
-    gomod = _download_gomod(TRAEFIK[0], gl.traefik_version, gl.root)
-    wanted = _required_version(gomod, GATEWAY_API[0])
+    info = _download(TRAEFIK[0], gl.traefik_version, gl.root)
+    if "Error" in info or not info.get("GoMod"):
+        raise BuildError(f"go mod download {TRAEFIK[0]}@{gl.traefik_version}: "
+                         f"{info.get('Error', 'no go.mod')}")
+    wanted = _required_version(Path(info["GoMod"]).read_text(), GATEWAY_API[0])
     if wanted != gl.gateway_api_version:
         raise BuildError(f"{TRAEFIK[0]}@{gl.traefik_version} requires {GATEWAY_API[0]} "
                          f"{wanted}, not {gl.gateway_api_version}: move the two pins together")
-
-
-def _download_gomod(module: str, version: str, cwd: Path) -> str:
-    """The go.mod of ``module@version`` (the module proxy's .mod file, no zip)."""
-    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=cwd,
-                          env=_go_env(), capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout or "{}")
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or not info.get("GoMod"):
-        raise BuildError(f"go mod download {module}@{version}: "
-                         f"{info.get('Error') or proc.stderr.strip()[-300:]}")
-    return Path(info["GoMod"]).read_text()
 
 
 def _install_traefik(gl: GatewayLayout) -> str:
