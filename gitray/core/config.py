@@ -19,8 +19,11 @@ __all__ = [
     "OVERRIDES_SOURCE",
     "Config",
     "DashboardMode",
+    "NotificationSettings",
     "RayJobSettings",
     "RayServiceSettings",
+    "Receiver",
+    "ReceiverType",
     "StatusProvider",
     "StatusSettings",
     "parse_duration",
@@ -99,6 +102,33 @@ class StatusSettings:
     repository: str = ""  # owner/name (GitHub, Gitea) or project id/path (GitLab)
 
 
+class ReceiverType(StrEnum):
+    WEBHOOK = "webhook"  # generic JSON POST
+    SLACK = "slack"  # Slack-compatible incoming webhook (also Mattermost, Rocket.Chat)
+    TEAMS = "teams"  # Microsoft Teams incoming webhook (MessageCard)
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """Where notifications go. The URL and an optional bearer token come from the daemon's
+    environment (``GITRAY_NOTIFY_*`` variables) or files in its notifications directory, never
+    from Git; ``url`` inline is for URLs that are no secret."""
+
+    name: str
+    type: ReceiverType = ReceiverType.WEBHOOK
+    url: str = ""
+    url_env: str = ""
+    url_file: str = ""
+    token_env: str = ""
+    token_file: str = ""
+    events: tuple[str, ...] = ()  # empty: every event
+
+
+@dataclass(frozen=True)
+class NotificationSettings:
+    receivers: tuple[Receiver, ...] = ()
+
+
 @dataclass(frozen=True)
 class Config:
     """The validated settings for one repository. Defaults match SPEC §1."""
@@ -118,6 +148,7 @@ class Config:
     rayservice: RayServiceSettings = field(default_factory=RayServiceSettings)
     rayjob: RayJobSettings = field(default_factory=RayJobSettings)
     status: StatusSettings = field(default_factory=StatusSettings)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
 
     def allows(self, namespace: str) -> bool:
         """Whether ``namespace`` matches ``allowedNamespaces`` (fnmatch globs, case-sensitive):

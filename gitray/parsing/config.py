@@ -19,8 +19,11 @@ from gitray.core.config import (
     CONFIG_FILE,
     OVERRIDES_SOURCE,
     Config,
+    NotificationSettings,
     RayJobSettings,
     RayServiceSettings,
+    Receiver,
+    ReceiverType,
     StatusProvider,
     StatusSettings,
     parse_duration,
@@ -34,7 +37,7 @@ from gitray.parsing.yamlsafe import parse_documents
 
 __all__ = ["config_diagnostics", "env_overrides", "parse_config"]
 
-_SECTIONS = ("rayService", "rayJob", "status")
+_SECTIONS = ("rayService", "rayJob", "status", "notifications")
 
 Locate = Callable[[JsonPath], SourceLocation]
 
@@ -197,7 +200,17 @@ def _build(data: Mapping[str, Any]) -> Config:
             url=status.get("url", st_default.url),
             repository=status.get("repository", st_default.repository),
         ),
+        notifications=NotificationSettings(receivers=tuple(
+            _receiver(r) for r in (data.get("notifications") or {}).get("receivers") or ()
+            if isinstance(r, Mapping))),
     )
+
+
+def _receiver(data: Mapping[str, Any]) -> Receiver:
+    return Receiver(name=str(data["name"]), type=ReceiverType(data.get("type", "webhook")),
+                    url=data.get("url", ""), url_env=data.get("urlEnv", ""),
+                    url_file=data.get("urlFile", ""), token_env=data.get("tokenEnv", ""),
+                    token_file=data.get("tokenFile", ""), events=tuple(data.get("events", ())))
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
