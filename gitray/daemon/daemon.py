@@ -55,6 +55,7 @@ from gitray.daemon.metrics import Metrics
 from gitray.daemon.newer import NewerCommit, Source
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
+from gitray.daemon.signals import Signals
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import (
     Desired,
@@ -99,6 +100,7 @@ class Daemon:
         self.metrics = Metrics()
         self.statuses = StatusBridge(settings, self.metrics)
         self.post_status: PostStatus = self.statuses.post
+        self.signals = Signals(self.metrics, settings.overrides)  # notifications, metrics
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
@@ -378,11 +380,12 @@ class Daemon:
                 self.state.update(refused=sha)
                 self.metrics.invalid_revisions.inc()
                 log.error("%s not applied: %s", sha[:7], e)
-                self.post_status(sha, None, "failure", f"not applied: {e}")
+                self._refuse(sha, f"not applied: {e}", str(e))
                 return []
             log.info("%s is signed by %s", sha[:7], signer)
         # Only a verified revision may choose where statuses (and the status token) go.
         self.statuses.configure(snapshot, cache)
+        self.signals.configure(snapshot)
         try:
             # judged by the CRDs the cluster serves (converted again only when they change)
             desired = desired_from(snapshot, self.settings.overrides, self._memo, self.kube)
@@ -400,7 +403,8 @@ class Daemon:
             for diagnostic in e.diagnostics:
                 log.error("%s: %s", sha[:7], diagnostic)
             first = str(e.diagnostics[0]) if e.diagnostics else ""
-            self.post_status(sha, None, "failure", f"invalid revision, nothing applied: {first}")
+            self._refuse(sha, f"invalid revision, nothing applied: {first}",
+                         f"invalid revision: {first}")
             return []
         self.state.update(next_deletion=next_deletion)
         plan, failed_before = skip_failed(plan, {
@@ -429,9 +433,14 @@ class Daemon:
                                         desired.sensitive,
                                         superseded=self._newer_commit(sha, snapshot))
         outcomes = executor.run_plan(plan, resume=resume)
+        self.signals.outcomes(sha, trigger, outcomes)
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._report(sha, outcomes, desired, plan)
         return outcomes
+
+    def _refuse(self, sha: str, description: str, reason: str) -> None:
+        self.post_status(sha, None, "failure", description)
+        self.signals.refused(sha, reason)
 
     def _hold_back(self, sha: str, trigger: str, plan: Plan
                    ) -> tuple[Plan, dict[ObjectKey, list[str]]]:
@@ -487,6 +496,7 @@ class Daemon:
         self.metrics.synced(sha)
         if first:
             health = self._health(desired)
+            self.signals.converged(sha, [w.key for w in desired.workloads], health)
             for w in desired.workloads:
                 line = health.get(w.key, "-")
                 self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
@@ -505,4 +515,5 @@ class Daemon:
             return {}
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
-        return step_reporter(sha, self.post_status, self.metrics, self.events, self._stopping)
+        return self.signals.reporter(sha, step_reporter(sha, self.post_status, self.metrics,
+                                                        self.events, self._stopping))

@@ -1,0 +1,143 @@
+"""What a pass tells people besides statuses and logs: notifications (``gitray.hosts.notify``)
+and the per-workload metrics (``gitray.daemon.metrics.WorkloadTable``). Fed by the daemon at
+a few points of a pass: each step event, the outcomes, a refused revision, a convergence with
+the workloads' health. Never raises into a pass: a problem here is logged and the sync goes
+on. The notices themselves are made by ``gitray.engine.notices`` (pure).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from gitray.core.errors import GitrayError
+from gitray.core.model import ObjectKey
+from gitray.core.notices import Notice
+from gitray.core.snapshot import Snapshot
+from gitray.daemon.metrics import Metrics
+from gitray.engine.apply import desired_config
+from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.notices import (
+    health_notices,
+    healthy,
+    outcome_notices,
+    refused_notice,
+    step_notices,
+)
+from gitray.hosts.notify import Notifier
+from gitray.plans.plan import StepType
+
+__all__ = ["Signals"]
+
+log = logging.getLogger("gitray.sync")
+
+_OUTCOME_STATE = {Outcome.SUCCEEDED: "in-sync", Outcome.FAILED: "failed",
+                  Outcome.SUPERSEDED: "superseded"}
+
+
+class Signals:
+    def __init__(self, metrics: Metrics, overrides: Mapping[str, object] | None = None,
+                 notifier: Notifier | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.metrics, self.overrides = metrics, dict(overrides or {})
+        self.notifier = notifier or Notifier(
+            count=lambda receiver, result: metrics.notifications.labels(receiver,
+                                                                        result).inc())
+        self.clock = clock
+
+    def configure(self, snapshot: Snapshot) -> None:
+        """The receivers the revision's gitray.yaml names (an invalid one keeps the last)."""
+        try:
+            config = desired_config(snapshot, self.overrides)
+        except GitrayError:
+            return
+        self.notifier.configure(config.notifications)
+
+    def send(self, notices: Iterable[Notice]) -> None:
+        for notice in notices:
+            self.notifier.notify(notice)
+
+    def reporter(self, sha: str, inner: Callable[[StepEvent], None]
+                 ) -> Callable[[StepEvent], None]:
+        """``inner`` (which may interrupt the pass), then this module's part of the event."""
+
+        def report(event: StepEvent) -> None:
+            inner(event)
+            try:
+                self.step(sha, event)
+            except Exception:  # never fail a step for a metric or a notification
+                log.exception("notifications/metrics of a step event")
+        return report
+
+    def step(self, sha: str, event: StepEvent) -> None:
+        table, key, step, now = self.metrics.table, event.key, event.step, self.clock()
+        if event.phase in {"start", "resume"}:
+            table.update(key, state="progressing", step=event.index, steps=event.total,
+                         step_started=now)
+        elif event.phase == "done":
+            if step.type is StepType.SHIFT_TRAFFIC and isinstance(step.params.get("percent"),
+                                                                  int):
+                new, old = step.params.get("cluster"), step.params.get("from")
+                table.update(key, traffic_percent=int(str(step.params["percent"]))
+                             if new != old else 100)
+            elif step.type is StepType.CREATE_CLUSTER and key.kind == "RayService":
+                table.update(key, pending_since=now)
+            elif step.type is StepType.SWITCH_SERVICE:
+                table.update(key, pending_since=None)
+            elif step.type is StepType.RUN_ANALYSIS:
+                self.metrics.analyses.labels(key.namespace, key.kind, key.name,
+                                             "passed").inc()
+        if step.type is StepType.RUN_ANALYSIS and (
+                event.phase == "failed" or (event.phase == "progress"
+                                            and event.detail.startswith("analysis failed"))):
+            self.metrics.analyses.labels(key.namespace, key.kind, key.name, "failed").inc()
+        self.send(step_notices(event, sha))
+
+    def outcomes(self, sha: str, trigger: str, outcomes: Iterable[WorkloadOutcome]) -> None:
+        try:
+            outcomes = list(outcomes)
+            now = self.clock()
+            for o in outcomes:
+                state = _OUTCOME_STATE.get(o.outcome)
+                if state is None:
+                    continue
+                changes: dict[str, object] = {"state": state, "step": 0,
+                                              "steps": o.steps_total}
+                if o.outcome is Outcome.SUCCEEDED:
+                    changes.update(last_converged=now, traffic_percent=None, pending_since=None)
+                    if trigger == "drift" and o.steps_total:
+                        self.metrics.drift_healed.labels(o.key.namespace, o.key.kind,
+                                                         o.key.name).inc()
+                elif o.outcome is Outcome.FAILED:
+                    changes.update(traffic_percent=None, pending_since=None)
+                self.metrics.table.update(o.key, **changes)
+            self.send(outcome_notices(sha, trigger, outcomes))
+        except Exception:
+            log.exception("notifications/metrics of a pass' outcomes")
+
+    def refused(self, sha: str, message: str) -> None:
+        try:
+            self.send([refused_notice(sha, message)])
+        except Exception:
+            log.exception("notification of a refused revision")
+
+    def converged(self, sha: str, keys: Iterable[ObjectKey],
+                  health: Mapping[ObjectKey, str]) -> None:
+        """Every workload in sync at ``sha``, with its health line (when read)."""
+        try:
+            keys = list(keys)
+            table, now = self.metrics.table, self.clock()
+            before = {k: v.healthy for k, v in table.views().items() if v.healthy is not None}
+            for key in keys:
+                view = table.get(key)
+                changes: dict[str, object] = {"state": "in-sync", "step": 0}
+                if view.state != "in-sync" or view.last_converged is None:
+                    changes["last_converged"] = now
+                if key in health:
+                    changes["healthy"] = healthy(health[key])
+                table.update(key, **changes)
+            self.metrics.forget(table.keep(keys))
+            self.send(health_notices(sha, before, {k: health[k] for k in keys if k in health}))
+        except Exception:
+            log.exception("notifications/metrics of a convergence")
