@@ -248,6 +248,7 @@ class Daemon:
     def _lost(self, reason: str) -> None:
         log.warning("lost the Lease: %s", reason)
         self.metrics.leader.set(0)
+        self.metrics.table.keep(())  # the next leader shows the workloads from now on
 
     def _poll_job(self) -> None:
         if self._stopping.is_set():

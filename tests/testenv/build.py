@@ -55,9 +55,12 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
     "coredns": ("github.com/coredns/coredns", ["v1.14.7"]),
 }
 
-# The real node's runtime comes from Debian's packages (installed by `build` when missing).
+# The real node's runtime comes from Debian's packages (installed by `build` when missing);
+# prometheus gives the monitoring tests promtool and a real Prometheus (its system service is
+# never started: see ensure_debian_packages).
 DEBIAN_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "debootstrap",
-                   "nftables", "iptables"]
+                   "nftables", "iptables", "prometheus"]
+POLICY_RC = Path("/usr/sbin/policy-rc.d")  # exit 101: apt starts no service it installs
 
 K8S_COMMANDS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
                 "kubelet", "kube-proxy"]
@@ -392,14 +395,23 @@ def ensure_debian_packages(log: Path) -> None:
     t0 = time.monotonic()
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    with log.open("a") as fh:
-        for args in (["apt-get", "update", "-qq"],
-                     ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
-            fh.write(f"\n$ {' '.join(args)}\n")
-            fh.flush()
-            proc = subprocess.run(args, stdout=fh, stderr=fh, env=env, check=False)
-            if proc.returncode != 0:
-                raise BuildError(f"{' '.join(args)} failed ({proc.returncode}); see {log}")
+    policy = not POLICY_RC.exists()  # the tests start what they need themselves
+    if policy:
+        POLICY_RC.write_text("#!/bin/sh\nexit 101\n")
+        POLICY_RC.chmod(0o755)
+    try:
+        with log.open("a") as fh:
+            for args in (["apt-get", "update", "-qq"],
+                         ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                          *missing]):
+                fh.write(f"\n$ {' '.join(args)}\n")
+                fh.flush()
+                proc = subprocess.run(args, stdout=fh, stderr=fh, env=env, check=False)
+                if proc.returncode != 0:
+                    raise BuildError(f"{' '.join(args)} failed ({proc.returncode}); see {log}")
+    finally:
+        if policy:
+            POLICY_RC.unlink(missing_ok=True)
     print(f"Debian packages {missing}: installed in {time.monotonic() - t0:.0f}s", flush=True)
     note_build("debian-packages", time.monotonic() - t0)
 
