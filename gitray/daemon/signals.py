@@ -122,6 +122,15 @@ class Signals:
         except Exception:
             log.exception("notification of a refused revision")
 
+    def _zero_counters(self, key: ObjectKey) -> None:
+        """Each workload's counters exist from its first convergence on, at 0 (so that
+        ``increase()`` sees its first event, and queries find the series)."""
+        labels = (key.namespace, key.kind, key.name)
+        self.metrics.drift_healed.labels(*labels)
+        if key.kind == "RayService":
+            for result in ("passed", "failed"):
+                self.metrics.analyses.labels(*labels, result)
+
     def converged(self, sha: str, keys: Iterable[ObjectKey],
                   health: Mapping[ObjectKey, str]) -> None:
         """Every workload in sync at ``sha``, with its health line (when read)."""
@@ -137,6 +146,7 @@ class Signals:
                 if key in health:
                     changes["healthy"] = healthy(health[key])
                 table.update(key, **changes)
+                self._zero_counters(key)
             self.metrics.forget(table.keep(keys))
             self.send(health_notices(sha, before, {k: health[k] for k in keys if k in health}))
         except Exception:

@@ -122,6 +122,10 @@ def test_failures_drift_health_and_workloads_that_leave() -> None:
     assert got[("gitray_workload_healthy", labels(SVC))] == 0
     assert got[("gitray_workload_healthy", labels(JOB))] == 1
     assert got[("gitray_workload_state", labels(JOB, state="in-sync"))] == 1
+    # counters exist from the first convergence, at 0
+    assert got[("gitray_drift_healed_total", labels(JOB))] == 0
+    assert got[("gitray_analyses_total", labels(SVC, result="failed"))] == 0
+    assert ("gitray_analyses_total", labels(JOB, result="failed")) not in got
     signals.converged(SHA, [SVC], {SVC: "greeter RUNNING"})  # the RayJob left Git
     got = samples(m)
     assert got[("gitray_workload_healthy", labels(SVC))] == 1
