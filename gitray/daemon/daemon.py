@@ -50,6 +50,7 @@ from gitray.core.errors import (
 )
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
+from gitray.daemon.healthwatch import HealthWatch
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.newer import NewerCommit, Source
@@ -101,6 +102,7 @@ class Daemon:
         self.statuses = StatusBridge(settings, self.metrics)
         self.post_status: PostStatus = self.statuses.post
         self.signals = Signals(self.metrics, settings.overrides)  # notifications, metrics
+        self.health_watch = HealthWatch(self.signals, self.post_status)
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
@@ -133,6 +135,8 @@ class Daemon:
         self.scheduler.add_job(self._deletion_job, "interval",
                                seconds=self.settings.deletion_interval_s, id="deletions",
                                max_instances=1, coalesce=True)
+        self.scheduler.add_job(self._health_job, "interval", seconds=self.settings.interval_s,
+                               id="health", max_instances=1, coalesce=True)
         self.scheduler.add_job(self._lease_job, "interval",
                                seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
@@ -325,6 +329,24 @@ class Daemon:
         if cache is None:
             cache = default_cache_dir(self.settings.repo)
         self.sync(cache, state.synced, "deletions")
+
+    def _health_job(self) -> None:
+        """Health after convergence (gitray.daemon.healthwatch): only while in sync, never
+        beside a pass."""
+        s, snapshot = self.state.current, self._snapshot
+        if self._stopping.is_set() or not self.lease.is_leader or not s.synced \
+                or s.attempted != s.synced or snapshot is None or snapshot.revision != s.synced:
+            return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            desired = desired_from(snapshot, self.settings.overrides, self._memo, self.kube)
+            self.health_watch.check(s.synced, [w.key for w in desired.workloads],
+                                    lambda: self._health(desired))
+        except GitrayError as e:
+            log.debug("health not read: %s", e)
+        finally:
+            self._lock.release()
 
     # ---- one pass -----------------------------------------------------------------------
 

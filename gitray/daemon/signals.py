@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
@@ -28,12 +29,20 @@ from gitray.engine.notices import (
 from gitray.hosts.notify import Notifier
 from gitray.plans.plan import StepType
 
-__all__ = ["Signals"]
+__all__ = ["HealthChange", "Signals"]
 
 log = logging.getLogger("gitray.sync")
 
 _OUTCOME_STATE = {Outcome.SUCCEEDED: "in-sync", Outcome.FAILED: "failed",
                   Outcome.SUPERSEDED: "superseded"}
+
+
+@dataclass(frozen=True)
+class HealthChange:
+    key: ObjectKey
+    line: str
+    healthy: bool
+    since: float  # when it turned unhealthy (wall clock); for a recovery, now
 
 
 class Signals:
@@ -45,6 +54,7 @@ class Signals:
             count=lambda receiver, result: metrics.notifications.labels(receiver,
                                                                         result).inc())
         self.clock = clock
+        self._unhealthy_since: dict[ObjectKey, float] = {}
 
     def configure(self, snapshot: Snapshot) -> None:
         """The receivers the revision's gitray.yaml names (an invalid one keeps the last)."""
@@ -137,17 +147,35 @@ class Signals:
         try:
             keys = list(keys)
             table, now = self.metrics.table, self.clock()
-            before = {k: v.healthy for k, v in table.views().items() if v.healthy is not None}
             for key in keys:
                 view = table.get(key)
                 changes: dict[str, object] = {"state": "in-sync", "step": 0}
                 if view.state != "in-sync" or view.last_converged is None:
                     changes["last_converged"] = now
-                if key in health:
-                    changes["healthy"] = healthy(health[key])
                 table.update(key, **changes)
                 self._zero_counters(key)
             self.metrics.forget(table.keep(keys))
-            self.send(health_notices(sha, before, {k: health[k] for k in keys if k in health}))
+            self.health(sha, keys, health)
         except Exception:
             log.exception("notifications/metrics of a convergence")
+
+    def health(self, sha: str, keys: Iterable[ObjectKey], lines: Mapping[ObjectKey, str]
+               ) -> list[HealthChange]:
+        """Health read for ``keys``: the gauge follows it; a workload that turned unhealthy
+        (or is first seen unhealthy) or healthy again is notified and returned."""
+        table, now = self.metrics.table, self.clock()
+        before = {k: v.healthy for k, v in table.views().items() if v.healthy is not None}
+        read = {k: lines[k] for k in keys if k in lines and healthy(lines[k]) is not None}
+        changes: list[HealthChange] = []
+        for key, line in sorted(read.items(), key=lambda kv: str(kv[0])):
+            ok = bool(healthy(line))
+            table.update(key, healthy=ok)
+            if before.get(key, True) == ok:
+                continue
+            if ok:
+                self._unhealthy_since.pop(key, None)
+            else:
+                self._unhealthy_since[key] = now
+            changes.append(HealthChange(key, line, ok, self._unhealthy_since.get(key, now)))
+        self.send(health_notices(sha, before, read))
+        return changes

@@ -131,9 +131,9 @@ def refused_notice(revision: str, message: str) -> Notice:
 
 def healthy(line: str) -> bool | None:
     """Whether a health line (``gitray.plans.health``) says healthy; None when nothing is
-    live (``-``)."""
-    if not line or line == "-":
-        return None
+    live (``-``) or it could not be read (``unknown (...)``)."""
+    if not line or line == "-" or line.startswith("unknown"):
+        return None  # nothing live, or not read (gitray.engine.health): no verdict
     return _BAD_HEALTH.search(line) is None
 
 

@@ -119,6 +119,7 @@ def test_refused_and_health_changes() -> None:
     assert healthy("train-x: FAILED (Failed): boom") is False
     assert healthy("ready, head ready, 2/2 workers ready") is True
     assert healthy("-") is None
+    assert healthy("unknown (connection failed)") is None
     lines = {SVC: "greeter UNHEALTHY", JOB: "train-1: SUCCEEDED (Complete)"}
     got = health_notices(SHA, {}, lines)
     assert [(x.event, x.workload) for x in got] == [(EventKind.HEALTH_DEGRADED, SVC)]

@@ -160,3 +160,28 @@ def test_a_broken_notifier_never_fails_a_step(caplog: pytest.LogCaptureFixture) 
     signals.converged(SHA, [SVC], {})
     signals.refused(SHA, "x")
     assert caplog.text.count("RuntimeError: boom") == 3  # logged; the pass went on
+
+
+def test_health_watched_after_convergence_flips_the_status_and_notifies() -> None:
+    from gitray.daemon.healthwatch import HealthWatch
+
+    m, signals, notifier, clock = make()
+    posted: list[tuple[str, ObjectKey | None, str, str]] = []
+    watch = HealthWatch(signals, lambda *status: posted.append(status))
+    clock.now = 1_763_997_600.0  # 2025-11-24 15:20 UTC
+    signals.converged(SHA, [SVC, JOB], {SVC: "greeter RUNNING", JOB: "-"})
+    assert watch.check(SHA, [SVC, JOB], lambda: {SVC: "greeter RUNNING", JOB: "-"}) == []
+    clock.now += 120
+    [change] = watch.check(SHA, [SVC, JOB], lambda: {SVC: "greeter UNHEALTHY", JOB: "-"})
+    assert not change.healthy
+    assert posted == [(SHA, SVC, "failure",
+                       "in sync at 0123456: greeter UNHEALTHY since 15:22 UTC")]
+    assert samples(m)[("gitray_workload_healthy", labels(SVC))] == 0
+    clock.now += 60  # still unhealthy: nothing new; unreadable: no verdict
+    assert watch.check(SHA, [SVC], lambda: {SVC: "greeter UNHEALTHY"}) == []
+    assert watch.check(SHA, [SVC], lambda: {SVC: "unknown (connection failed)"}) == []
+    watch.check(SHA, [SVC], lambda: {SVC: "greeter RUNNING"})
+    assert posted[-1] == (SHA, SVC, "success", "in sync at 0123456: greeter RUNNING")
+    assert samples(m)[("gitray_workload_healthy", labels(SVC))] == 1
+    assert [n.event for n in notifier.notices] == [EventKind.HEALTH_DEGRADED,
+                                                   EventKind.HEALTH_RECOVERED]

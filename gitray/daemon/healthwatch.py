@@ -1,0 +1,44 @@
+"""Health watched after convergence (``gitray sync``). I/O through the daemon's callables.
+
+Every poll interval, while the leader is in sync and no pass runs, each workload's health
+line is read again the way the convergence status reads it (``gitray.engine.health``: the
+live objects by LIST, a RayService's Serve applications from its active cluster's dashboard,
+a RayCronJob's runs by one LIST per namespace). A workload that turns unhealthy flips its
+commit status to failure (``in sync at <sha>: greeter UNHEALTHY since 10:42 UTC``), and back
+to success when it recovers; the ``gitray_workload_healthy`` gauge follows, and the change is
+a ``health-degraded`` / ``health-recovered`` notification (``gitray.daemon.signals``). A line
+that could not be read (``unknown (...)``) changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+from gitray.core.model import ObjectKey
+from gitray.daemon.signals import HealthChange, Signals
+
+__all__ = ["HealthWatch", "describe"]
+
+
+def describe(sha: str, change: HealthChange) -> tuple[str, str]:
+    """(state, description) of a workload's commit status after a health change."""
+    if change.healthy:
+        return "success", f"in sync at {sha[:7]}: {change.line}"
+    since = datetime.fromtimestamp(change.since, UTC).strftime("%H:%M UTC")
+    return "failure", f"in sync at {sha[:7]}: {change.line} since {since}"
+
+
+class HealthWatch:
+    def __init__(self, signals: Signals,
+                 post_status: Callable[[str, ObjectKey | None, str, str], None]) -> None:
+        self.signals, self.post_status = signals, post_status
+
+    def check(self, sha: str, keys: list[ObjectKey],
+              read: Callable[[], Mapping[ObjectKey, str]]) -> list[HealthChange]:
+        """Read the health of ``keys`` (in sync at ``sha``); post and notify the changes."""
+        changes = self.signals.health(sha, keys, read())
+        for change in changes:
+            state, description = describe(sha, change)
+            self.post_status(sha, change.key, state, description)
+        return changes
