@@ -123,7 +123,9 @@ class Daemon:
             (settings.http_host, settings.http_port),
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
                    leader=lambda: self.lease.is_leader, detail=self._detail),
-            self.metrics, self.trigger_poll, settings.webhook_secret)
+            self.metrics, self.trigger_poll, settings.webhook_secret,
+            page=lambda: self.signals.page(redact_url(settings.repo), self.state.current.synced,
+                                           self.state.current.fetched, self.lease.is_leader))
 
     # ---- lifecycle ----------------------------------------------------------------------
 

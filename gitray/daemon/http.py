@@ -1,4 +1,5 @@
-"""The daemon's HTTP endpoint: /healthz, /readyz, /metrics and the Git push webhook. I/O.
+"""The daemon's HTTP endpoint: /healthz, /readyz, /metrics, the status page (/status,
+``gitray.daemon.statuspage``) and the Git push webhook. I/O.
 
 ``/hooks/git`` accepts a push only with a valid signature: GitHub's
 ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>``, Gitea/Forgejo's
@@ -56,8 +57,9 @@ class Probes:
 
 class HttpEndpoints:
     def __init__(self, address: tuple[str, int], probes: Probes, metrics: Metrics,
-                 on_push: Callable[[], None], webhook_secret: bytes | None) -> None:
-        self.probes, self.metrics = probes, metrics
+                 on_push: Callable[[], None], webhook_secret: bytes | None,
+                 page: Callable[[], str] | None = None) -> None:
+        self.probes, self.metrics, self.page = probes, metrics, page
         self.on_push, self.secret = on_push, webhook_secret or b""
         outer = self
 
@@ -86,6 +88,8 @@ class HttpEndpoints:
                     ok = outer.probes.ready()
                     self._json(200 if ok else 503, {"ready": ok, "leader": outer.probes.leader(),
                                                     **outer.probes.detail()})
+                elif path in {"/", "/status"} and outer.page is not None:
+                    self._send(200, outer.page().encode(), "text/html; charset=utf-8")
                 elif path == "/metrics":
                     self._send(200, generate_latest(outer.metrics.registry),
                                CONTENT_TYPE_LATEST)

@@ -40,6 +40,7 @@ class WorkloadView:
     pending_since: float | None = None  # a new RayService cluster not yet serving all traffic
     healthy: bool | None = None
     last_converged: float | None = None
+    revision: str = ""  # of the current or last run (the status page; not a label)
 
 
 class WorkloadTable(Collector):

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
 from gitray.core.notices import Notice
 from gitray.core.snapshot import Snapshot
-from gitray.daemon.metrics import Metrics
+from gitray.daemon.metrics import MAX_WORKLOADS, Metrics
+from gitray.daemon.statuspage import Entry, PageData, render
 from gitray.engine.apply import desired_config
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.notices import (
@@ -32,6 +35,9 @@ from gitray.plans.plan import StepType
 __all__ = ["HealthChange", "Signals"]
 
 log = logging.getLogger("gitray.sync")
+
+HISTORY = 60  # entries per workload on the status page
+POINTS = 200  # traffic and analysis points per workload
 
 _OUTCOME_STATE = {Outcome.SUCCEEDED: "in-sync", Outcome.FAILED: "failed",
                   Outcome.SUPERSEDED: "superseded"}
@@ -55,6 +61,10 @@ class Signals:
                                                                         result).inc())
         self.clock = clock
         self._unhealthy_since: dict[ObjectKey, float] = {}
+        # for the status page: each workload's recent steps, traffic share and analyses
+        self.history: dict[ObjectKey, deque[Entry]] = {}
+        self.traffic: dict[ObjectKey, deque[tuple[float, int]]] = {}
+        self.analyses: dict[ObjectKey, deque[tuple[float, str]]] = {}
 
     def configure(self, snapshot: Snapshot) -> None:
         """The receivers the revision's gitray.yaml names (an invalid one keeps the last)."""
@@ -80,17 +90,36 @@ class Signals:
                 log.exception("notifications/metrics of a step event")
         return report
 
+    def _note(self, key: ObjectKey, entry: Entry) -> None:
+        if key in self.history or len(self.history) < MAX_WORKLOADS:
+            self.history.setdefault(key, deque(maxlen=HISTORY)).append(entry)
+
+    def _series(self, store: dict[ObjectKey, deque[tuple[float, Any]]], key: ObjectKey,
+                point: tuple[float, Any]) -> None:
+        if key in store or len(store) < MAX_WORKLOADS:
+            store.setdefault(key, deque(maxlen=POINTS)).append(point)
+
     def step(self, sha: str, event: StepEvent) -> None:
         table, key, step, now = self.metrics.table, event.key, event.step, self.clock()
+        what = f"step {event.index}/{event.total} {step.type.value} {step.target}"
         if event.phase in {"start", "resume"}:
+            if event.index == 1 or event.phase == "resume":
+                self.traffic.pop(key, None)
+                self.analyses.pop(key, None)  # a new run: a new chart
             table.update(key, state="progressing", step=event.index, steps=event.total,
-                         step_started=now)
-        elif event.phase == "done":
+                         step_started=now, revision=sha)
+            self._note(key, Entry(now, sha, what))
+        elif event.phase in {"done", "failed", "superseded"}:
+            self._note(key, Entry(now, sha, f"{what}: {event.phase}"
+                                  + (f" ({event.detail})" if event.detail else ""),
+                                  "bad" if event.phase == "failed" else "ok"))
+        if event.phase == "done":
             if step.type is StepType.SHIFT_TRAFFIC and isinstance(step.params.get("percent"),
                                                                   int):
                 new, old = step.params.get("cluster"), step.params.get("from")
-                table.update(key, traffic_percent=int(str(step.params["percent"]))
-                             if new != old else 100)
+                percent = int(str(step.params["percent"])) if new != old else 100
+                table.update(key, traffic_percent=percent)
+                self._series(self.traffic, key, (now, percent))
             elif step.type is StepType.CREATE_CLUSTER and key.kind == "RayService":
                 table.update(key, pending_since=now)
             elif step.type is StepType.SWITCH_SERVICE:
@@ -98,10 +127,14 @@ class Signals:
             elif step.type is StepType.RUN_ANALYSIS:
                 self.metrics.analyses.labels(key.namespace, key.kind, key.name,
                                              "passed").inc()
+                self._series(self.analyses, key, (now, "passed"))
         if step.type is StepType.RUN_ANALYSIS and (
                 event.phase == "failed" or (event.phase == "progress"
                                             and event.detail.startswith("analysis failed"))):
             self.metrics.analyses.labels(key.namespace, key.kind, key.name, "failed").inc()
+            self._series(self.analyses, key, (now, "failed"))
+            if event.phase == "progress":
+                self._note(key, Entry(now, sha, event.detail, "bad"))
         self.send(step_notices(event, sha))
 
     def outcomes(self, sha: str, trigger: str, outcomes: Iterable[WorkloadOutcome]) -> None:
@@ -113,7 +146,11 @@ class Signals:
                 if state is None:
                     continue
                 changes: dict[str, object] = {"state": state, "step": 0,
-                                              "steps": o.steps_total}
+                                              "steps": o.steps_total, "revision": sha}
+                if o.steps_total:
+                    self._note(o.key, Entry(now, sha, f"run {o.outcome.value}"
+                                            + (f": {o.reason}" if o.reason else ""),
+                                            "ok" if o.outcome is Outcome.SUCCEEDED else "bad"))
                 if o.outcome is Outcome.SUCCEEDED:
                     changes.update(last_converged=now, traffic_percent=None, pending_since=None)
                     if trigger == "drift" and o.steps_total:
@@ -149,12 +186,15 @@ class Signals:
             table, now = self.metrics.table, self.clock()
             for key in keys:
                 view = table.get(key)
-                changes: dict[str, object] = {"state": "in-sync", "step": 0}
+                changes: dict[str, object] = {"state": "in-sync", "step": 0, "revision": sha}
                 if view.state != "in-sync" or view.last_converged is None:
                     changes["last_converged"] = now
                 table.update(key, **changes)
                 self._zero_counters(key)
-            self.metrics.forget(table.keep(keys))
+            for gone in table.keep(keys):
+                self.metrics.forget([gone])
+                for store in (self.history, self.traffic, self.analyses):
+                    store.pop(gone, None)
             self.health(sha, keys, health)
         except Exception:
             log.exception("notifications/metrics of a convergence")
@@ -179,3 +219,11 @@ class Signals:
             changes.append(HealthChange(key, line, ok, self._unhealthy_since.get(key, now)))
         self.send(health_notices(sha, before, read))
         return changes
+
+    def page(self, repo: str, synced: str, fetched: str, leader: bool) -> str:
+        """The status page (gitray.daemon.statuspage); ``repo`` already redacted."""
+        return render(PageData(
+            self.clock(), repo, synced, fetched, leader, self.metrics.table.views(),
+            {k: tuple(v) for k, v in list(self.history.items())},
+            {k: tuple(v) for k, v in list(self.traffic.items())},
+            {k: tuple(v) for k, v in list(self.analyses.items())}))
