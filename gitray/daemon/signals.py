@@ -63,6 +63,7 @@ class Signals:
         self._unhealthy_since: dict[ObjectKey, float] = {}
         # for the status page: each workload's recent steps, traffic share and analyses
         self.history: dict[ObjectKey, deque[Entry]] = {}
+        self._steps: dict[ObjectKey, set[StepType]] = {}  # step types of the current run
         self.traffic: dict[ObjectKey, deque[tuple[float, int]]] = {}
         self.analyses: dict[ObjectKey, deque[tuple[float, str]]] = {}
 
@@ -106,6 +107,8 @@ class Signals:
             if event.index == 1 or event.phase == "resume":
                 self.traffic.pop(key, None)
                 self.analyses.pop(key, None)  # a new run: a new chart
+                self._steps[key] = set()
+            self._steps.setdefault(key, set()).add(step.type)
             table.update(key, state="progressing", step=event.index, steps=event.total,
                          step_started=now, revision=sha)
             self._note(key, Entry(now, sha, what))
@@ -141,7 +144,13 @@ class Signals:
         try:
             outcomes = list(outcomes)
             now = self.clock()
+            by_trigger: dict[str, list[WorkloadOutcome]] = {}
             for o in outcomes:
+                # a drift pass that deleted an old RayService cluster whose deadline passed
+                # did housekeeping, not healing (a pass takes whatever is due)
+                cleanup = trigger == "drift" and \
+                    StepType.DELETE_CLUSTER in self._steps.pop(o.key, set())
+                by_trigger.setdefault("deletions" if cleanup else trigger, []).append(o)
                 state = _OUTCOME_STATE.get(o.outcome)
                 if state is None:
                     continue
@@ -153,13 +162,14 @@ class Signals:
                                             "ok" if o.outcome is Outcome.SUCCEEDED else "bad"))
                 if o.outcome is Outcome.SUCCEEDED:
                     changes.update(last_converged=now, traffic_percent=None, pending_since=None)
-                    if trigger == "drift" and o.steps_total:
+                    if trigger == "drift" and o.steps_total and not cleanup:
                         self.metrics.drift_healed.labels(o.key.namespace, o.key.kind,
                                                          o.key.name).inc()
                 elif o.outcome is Outcome.FAILED:
                     changes.update(traffic_percent=None, pending_since=None)
                 self.metrics.table.update(o.key, **changes)
-            self.send(outcome_notices(sha, trigger, outcomes))
+            for why, group in by_trigger.items():
+                self.send(outcome_notices(sha, why, group))
         except Exception:
             log.exception("notifications/metrics of a pass' outcomes")
 

@@ -90,6 +90,8 @@ def _chart(points: Sequence[tuple[float, int]], analyses: Sequence[tuple[float, 
             path.append(f"{x(when):.1f},{y(last):.1f}")
         path.append(f"{x(when):.1f},{y(percent):.1f}")
         last = percent
+    if last is not None:  # the share holds until the last analysis seen
+        path.append(f"{x(t1):.1f},{y(last):.1f}")
     share = {when: percent for when, percent in points}
     dots = []
     for when, result in analyses:

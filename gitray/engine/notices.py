@@ -99,11 +99,14 @@ def step_notices(event: StepEvent, revision: str) -> list[Notice]:
 
 def outcome_notices(revision: str, trigger: str,
                     outcomes: Iterable[WorkloadOutcome]) -> list[Notice]:
-    """The end of each workload's run in a pass: converged (or, on a drift pass, drift healed),
-    failed with its reason, rolled back."""
+    """The end of each workload's run in a pass: converged (or, on a drift pass, drift healed;
+    nothing for a pass that only deleted an old cluster on schedule, ``deletions``), failed
+    with its reason, rolled back."""
     out: list[Notice] = []
     for o in outcomes:
         if o.outcome is Outcome.SUCCEEDED and o.steps_total:
+            if trigger == "deletions":
+                continue  # an old cluster deleted on schedule: housekeeping, no news
             if trigger == "drift":
                 out.append(Notice(EventKind.DRIFT_HEALED, revision,
                                   f"{_who(o.key)}: drift healed ({o.steps_total} step(s))",

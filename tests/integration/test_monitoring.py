@@ -5,12 +5,15 @@ incremental RayService upgrade through the real Gateway, under load. Afterwards 
 the Grafana dashboard and every alert expression evaluates without error in that Prometheus,
 every dashboard query returns series over the upgrade, and so does every metric an alert
 expression reads. Meanwhile a notification receiver on 127.0.0.1 gets the upgrade's events, in
-order. And a RayCronJob run that fails after convergence flips the workload's commit status,
+order, and the status page, in a real headless browser (Debian's ``chromium``) at 25 %, 50 %
+and after convergence, shows the traffic share changing (screenshots: $GITRAY_TEST_ARTIFACTS/
+status-page, else the test's tmp dir). And a RayCronJob run that fails after convergence flips the workload's commit status,
 is notified and fires GitrayHealthDegraded (the health watch)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -100,6 +103,32 @@ class Prometheus:
                 self.proc.wait(timeout=30)
 
 
+def chromium(workdir: Path, *args: str) -> str:
+    """Headless Chromium (Debian's package) on a page of 127.0.0.1: its stdout. Nothing but
+    the page is fetched (no background networking, no component updates)."""
+    binary = shutil.which("chromium")
+    if binary is None:
+        pytest.fail("chromium is missing: Debian's chromium package (scripts/testenv build "
+                    "installs it)")
+    proc = subprocess.run(
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-default-apps", "--hide-scrollbars", "--window-size=1000,1300",
+         f"--user-data-dir={workdir / 'chromium-profile'}", *args],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def screenshots_dir(tmp_path: Path) -> Path:
+    """Where the status page's screenshots go: $GITRAY_TEST_ARTIFACTS/status-page, else the
+    test's tmp dir (printed)."""
+    root = os.environ.get("GITRAY_TEST_ARTIFACTS")
+    out = Path(root) / "status-page" if root else tmp_path / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 class Receiver:
     """A notification receiver on 127.0.0.1: the JSON bodies it got, in order."""
 
@@ -179,12 +208,33 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
                  what="v1 synced")
         assert wait_for(lambda: _answer(url), 120, what="v1 through the Gateway") == "v1"
         started = time.time()
+        page = f"http://127.0.0.1:{sync.port}/status"
+        shots, doms = screenshots_dir(tmp_path), []
+        share = f'kind="RayService",name="{SVC}",namespace="{ns}"'
         with LoadGenerator(url, rate=10, count=10 * 900, timeout=3) as load:
             second = _push(repo, "v2", {"svc.yaml": rs(2)})
+            # the status page in a real browser at three moments of the upgrade
+            for n, percent in enumerate((25, 50)):
+                wait_for(lambda p=percent: sync.metric("gitray_workload_traffic_percent",
+                                                       share) == p or None, timeout=600,
+                         what=f"traffic at {percent} %")
+                chromium(tmp_path, f"--screenshot={shots / f'{n + 1}-at-{percent}.png'}", page)
+                doms.append(chromium(tmp_path, "--dump-dom", page))
             wait_for(lambda: sync.metric("gitray_last_synced_revision_info",
                                          f'revision="{second}"') == 1 or None, timeout=900,
                      what="v2 synced")
+            chromium(tmp_path, f"--screenshot={shots / '3-converged.png'}", page)
+            doms.append(chromium(tmp_path, "--dump-dom", page))
             load.stop()
+        print(f"status page screenshots: {sorted(p.name for p in shots.iterdir())} in {shots}")
+        row = re.compile(rf"{ns}/RayService/{SVC}</a></td><td>(.*?)</td><td>.*?</td>"
+                         r"<td>(.*?)</td>")
+        moments = [row.search(dom).groups() for dom in doms]  # type: ignore[union-attr]
+        assert moments[0][1] == "25 %" and moments[1][1] == "50 %", moments
+        assert "progressing" in moments[0][0] and "in-sync" in moments[2][0], moments
+        assert doms[2].count("<circle") >= 3, "the analyses on the chart"  # at 25, 50, 75 %
+        assert all((shots / name).stat().st_size > 10_000
+                   for name in ("1-at-25.png", "2-at-50.png", "3-converged.png"))
         time.sleep(5)  # a few more scrapes and rule evaluations after convergence
         ended = time.time()
         print(load.result().summary())

@@ -57,9 +57,9 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
 
 # The real node's runtime comes from Debian's packages (installed by `build` when missing);
 # prometheus gives the monitoring tests promtool and a real Prometheus (its system service is
-# never started: see ensure_debian_packages).
+# never started: see ensure_debian_packages), chromium the status page's headless browser.
 DEBIAN_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "debootstrap",
-                   "nftables", "iptables", "prometheus"]
+                   "nftables", "iptables", "prometheus", "chromium"]
 POLICY_RC = Path("/usr/sbin/policy-rc.d")  # exit 101: apt starts no service it installs
 
 K8S_COMMANDS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",

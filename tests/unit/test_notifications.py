@@ -109,6 +109,7 @@ def test_outcomes_converged_failed_rolled_back_and_drift() -> None:
     assert "ValueError: boom" in job.summary  # Ray's error
     drift = outcome_notices(SHA, "drift", outcomes[2:3])
     assert [n.event for n in drift] == [EventKind.DRIFT_HEALED]
+    assert outcome_notices(SHA, "deletions", outcomes[2:3]) == []
 
 
 def test_refused_and_health_changes() -> None:

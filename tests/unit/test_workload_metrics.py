@@ -185,3 +185,20 @@ def test_health_watched_after_convergence_flips_the_status_and_notifies() -> Non
     assert samples(m)[("gitray_workload_healthy", labels(SVC))] == 1
     assert [n.event for n in notifier.notices] == [EventKind.HEALTH_DEGRADED,
                                                    EventKind.HEALTH_RECOVERED]
+
+
+def test_a_drift_pass_that_deletes_an_old_cluster_on_schedule_is_no_drift() -> None:
+    m, signals, notifier, _ = make()
+    report = signals.reporter(SHA, lambda _e: None)
+    route = Step("r", StepType.APPLY_OBJECT, "fruit-httproute", {})
+    delete = Step("d", StepType.DELETE_CLUSTER, "fruit-old", {"cluster": "fruit-old"})
+    report(StepEvent(SVC, 1, 2, route, "start"))
+    report(StepEvent(SVC, 2, 2, delete, "start"))
+    signals.outcomes(SHA, "drift", [WorkloadOutcome(SVC, Outcome.SUCCEEDED, "", 2, 2)])
+    assert ("gitray_drift_healed_total", labels(SVC)) not in samples(m)
+    assert notifier.notices == []  # housekeeping: no news
+    # the same route change without a due deletion is drift healed
+    report(StepEvent(SVC, 1, 1, route, "start"))
+    signals.outcomes(SHA, "drift", [WorkloadOutcome(SVC, Outcome.SUCCEEDED, "", 1, 1)])
+    assert samples(m)[("gitray_drift_healed_total", labels(SVC))] == 1
+    assert [n.event for n in notifier.notices] == [EventKind.DRIFT_HEALED]
