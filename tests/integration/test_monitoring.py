@@ -7,8 +7,8 @@ every dashboard query returns series over the upgrade, and so does every metric 
 expression reads. Meanwhile a notification receiver on 127.0.0.1 gets the upgrade's events, in
 order, and the status page, in a real headless browser (Debian's ``chromium``) at 25 %, 50 %
 and after convergence, shows the traffic share changing (screenshots: $GITRAY_TEST_ARTIFACTS/
-status-page, else the test's tmp dir). And a RayCronJob run that fails after convergence flips the workload's commit status,
-is notified and fires GitrayHealthDegraded (the health watch)."""
+status-page, else the test's tmp dir). And a RayCronJob run that fails after convergence flips
+the workload's commit status, is notified and fires GitrayHealthDegraded (the health watch)."""
 
 from __future__ import annotations
 
