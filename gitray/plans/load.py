@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
@@ -38,6 +38,17 @@ from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
 from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
+from gitray.plans.kustomize import (
+    Rendered,
+    Runner,
+    find_kustomizations,
+    kustomize_dirs,
+    map_diagnostic,
+    owned_by_kustomize,
+    render_root,
+    roots,
+    unreached,
+)
 from gitray.plans.rules import (
     check_rules,
 )
@@ -70,7 +81,8 @@ _CEL_UNEVALUATED = "CEL rule not evaluated by gitray"  # the start of such warni
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
                   memo: LoadMemo | None = None,
-                  kuberay: KubeRaySchemas | None = None) -> LoadResult:
+                  kuberay: KubeRaySchemas | None = None,
+                  kustomize: Runner | None = None) -> LoadResult:
     """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
 
     Ray workloads are judged by ``kuberay`` (the CRDs a cluster serves), else by the packaged
@@ -79,6 +91,9 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
 
     With a ``memo`` from earlier loads, files whose bytes (and settings) are unchanged are not
     parsed again: a new commit costs what it changed, not the size of the repository.
+
+    Kustomizations (``gitray.plans.kustomize``) are rendered with ``kustomize``, the runner of
+    ``kustomize build`` (``gitray.render.kustomize.run``); without one, each is a problem.
     """
     by_path = {f.path: f for f in snapshot.files}
     config_file = by_path.get(CONFIG_FILE)
@@ -100,7 +115,12 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     if memo is not None:
         memo.start()
     results: list[tuple[str, _FileResult]] = []
-    for repo_file in _selected(snapshot, config, diagnostics):
+    kdirs = kustomize_dirs(snapshot.files)
+    rendered = _render(snapshot, config, kustomize, diagnostics) if kdirs else {}
+    chosen = [f for f in _selected(snapshot, config, diagnostics)
+              if not owned_by_kustomize(f.path, kdirs)]
+    chosen += [RepoFile(r.virtual_path, r.text.encode()) for r in rendered.values()]
+    for repo_file in chosen:
         if budget.left < 0:
             break  # reported once, at the file that went over
         results.append((repo_file.path, _file(repo_file, config, kuberay, budget, memo, by_path)))
@@ -111,12 +131,56 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         workloads += found.workloads
         diagnostics += found.diagnostics
         warnings += found.warnings
+    if rendered:
+        workloads, diagnostics, warnings = _at_sources(rendered, by_path, workloads,
+                                                       diagnostics, warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:
         return LoadResult(config, (), _capped(diagnostics), _capped(warnings), kuberay)
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
                       _capped(warnings), kuberay)
+
+
+def _no_kustomize(files: Mapping[str, bytes], root: str) -> tuple[str | None, str | None]:
+    return None, "kustomize rendering is not available here"
+
+
+def _render(snapshot: Snapshot, config: Config, kustomize: Runner | None,
+            diagnostics: list[Diagnostic]) -> dict[str, Rendered]:
+    """The output of every root kustomization that ``paths``/``exclude`` select, by the
+    path the loader reads it under."""
+    found = find_kustomizations(snapshot.files)
+    out: dict[str, Rendered] = {}
+    for lost in unreached(found):
+        diagnostics.append(Diagnostic(SourceLocation(found[lost].path), (
+            "never rendered: every kustomization that references it is referenced in turn "
+            "(a cycle of kustomizations)")))
+    for root in roots(found):
+        path = found[root].path
+        if not matches_any(path, config.paths) or matches_any(path, config.exclude):
+            continue
+        result = render_root(root, found, snapshot.files, kustomize or _no_kustomize)
+        if result.problems:
+            diagnostics.extend(result.problems)
+        else:
+            out[result.virtual_path] = result
+    return out
+
+
+def _at_sources(rendered: Mapping[str, Rendered], files: Mapping[str, RepoFile],
+                workloads: list[Workload], diagnostics: list[Diagnostic],
+                warnings: list[Diagnostic]
+                ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
+    """Findings about rendered objects moved to their sources; a rendered workload's source is
+    its root kustomization (plans say which overlay a change comes from)."""
+    def moved(found: list[Diagnostic]) -> list[Diagnostic]:
+        return [map_diagnostic(rendered[d.location.path], d, files)
+                if d.location.path in rendered else d for d in found]
+
+    placed = [replace(w, source=SourceLocation(rendered[w.source.path].kustomization))
+              if w.source.path in rendered else w for w in workloads]
+    return placed, moved(diagnostics), moved(warnings)
 
 
 def _once(warnings: list[Diagnostic]) -> list[Diagnostic]:
