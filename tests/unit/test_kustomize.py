@@ -257,3 +257,21 @@ def test_the_example_snapshot_reads_every_render_input() -> None:
     paths = {f.path for f in read_snapshot(str(EXAMPLE)).files}
     assert {"base/kustomization.yaml", "base/rayservice.yaml", "overlays/prod/patch.yaml",
             "overlays/prod/kustomization.yaml", "overlays/staging/kustomization.yaml"} <= paths
+
+
+def test_a_serve_config_file_of_a_rendered_rayservice_is_relative_to_the_overlay() -> None:
+    files = example_files()
+    base = files["base/rayservice.yaml"]
+    start, end = base.index("  serveConfigV2: |"), base.index("  rayClusterConfig:")
+    files["base/rayservice.yaml"] = (base[:start] + base[end:]).replace(
+        "  name: text-service\n",
+        "  name: text-service\n  annotations:\n    gitray.io/serve-config-file: serve.yaml\n")
+    serve = "applications:\n  - name: a\n    route_prefix: /a\n    import_path: m:app\n"
+    files["overlays/prod/serve.yaml"] = serve
+    files["overlays/staging/serve.yaml"] = serve.replace("route_prefix: /a", "route_prefix: a")
+    assert errors(load(files)) == [
+        "overlays/staging/serve.yaml:3:5: serveConfigV2: applications[0].route_prefix must "
+        "start with '/'"]
+    files["overlays/staging/serve.yaml"] = serve
+    result = load(files)
+    assert [w.spec["serveConfigV2"] for w in result.workloads] == [serve, serve]
