@@ -261,12 +261,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.comment:
         if args.pr is None:
             raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
+        from gitray.cli.console import say_retry
         from gitray.hosts.api import token_from
         from gitray.hosts.comments import upsert_plan_comment
 
         outcome = upsert_plan_comment(result.config.status,
                                       token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-                                      args.pr, args.repo, render(plan, Format.MARKDOWN))
+                                      args.pr, args.repo, render(plan, Format.MARKDOWN),
+                                      on_retry=say_retry)
         print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
     if args.detailed_exitcode and plan.has_changes:
         return EXIT_CHANGES
