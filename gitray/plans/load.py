@@ -152,6 +152,7 @@ def _render(snapshot: Snapshot, config: Config, kustomize: Runner | None,
     path the loader reads it under."""
     found = find_kustomizations(snapshot.files)
     out: dict[str, Rendered] = {}
+    said: set[str] = set()
     for lost in unreached(found):
         diagnostics.append(Diagnostic(SourceLocation(found[lost].path), (
             "never rendered: every kustomization that references it is referenced in turn "
@@ -162,7 +163,9 @@ def _render(snapshot: Snapshot, config: Config, kustomize: Runner | None,
             continue
         result = render_root(root, found, snapshot.files, kustomize or _no_kustomize)
         if result.problems:
-            diagnostics.extend(result.problems)
+            # the same message for every root (kustomize missing) is said once, at the first
+            diagnostics.extend(p for p in result.problems if p.message not in said)
+            said.update(p.message for p in result.problems)
         else:
             out[result.virtual_path] = result
     return out

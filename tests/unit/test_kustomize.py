@@ -211,9 +211,8 @@ def test_a_render_past_the_memory_bound_is_stopped() -> None:
 def test_a_missing_kustomize_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITRAY_KUSTOMIZE", "/nonexistent/kustomize")
     assert errors(load(example_files())) == [
-        f"overlays/{env}/kustomization.yaml:1:1: kustomize is not installed: put kustomize v5 "
-        "on PATH or set GITRAY_KUSTOMIZE to render this kustomization"
-        for env in ("prod", "staging")]
+        "overlays/prod/kustomization.yaml:1:1: kustomize is not installed: put kustomize v5 "
+        "on PATH or set GITRAY_KUSTOMIZE to render this kustomization"]
 
 
 def test_unchanged_render_inputs_are_not_rendered_again() -> None:
