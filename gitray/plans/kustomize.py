@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
 ORIGIN = "config.kubernetes.io/origin"
 TRANSFORMATIONS = "alpha.config.kubernetes.io/transformations"
 RENDERED_NAME = "(kustomize build)"
+MAX_NESTING = 50  # levels of kustomizations one render may go through
 _REFS = ("resources", "bases", "components")
 _PATCH_FIELDS = ("patches", "patchesStrategicMerge", "patchesJson6902")
 _REFUSED_FIELDS = {
@@ -91,17 +92,23 @@ def is_kustomization(path: str) -> bool:
     return posixpath.basename(path) in KUSTOMIZATION_NAMES
 
 
-def _inside(directory: str, path: str) -> bool:
-    return directory in ("", path) or path.startswith(directory + "/")
-
-
 def kustomize_dirs(files: Sequence[RepoFile]) -> list[str]:
     return sorted({posixpath.dirname(f.path) for f in files if is_kustomization(f.path)})
 
 
-def owned_by_kustomize(path: str, dirs: Sequence[str]) -> bool:
+def _ancestors(path: str) -> Iterator[str]:
+    """The directories a file is in, nearest first, "" (the top) last."""
+    d = posixpath.dirname(path)
+    while d:
+        yield d
+        d = posixpath.dirname(d)
+    yield ""
+
+
+def owned_by_kustomize(path: str, dirs: Collection[str]) -> bool:
     """Whether a file is a render input (under a kustomization's directory)."""
-    return any(_inside(d, posixpath.dirname(path)) for d in dirs)
+    wanted = dirs if isinstance(dirs, (set, frozenset)) else set(dirs)
+    return any(d in wanted for d in _ancestors(path))
 
 
 def find_kustomizations(files: Sequence[RepoFile]) -> dict[str, Kustomization]:
@@ -187,37 +194,56 @@ def roots(found: Mapping[str, Kustomization]) -> list[str]:
 
 def tree(root: str, found: Mapping[str, Kustomization]) -> list[str]:
     """The kustomization directories ``root`` reaches (itself first), each once."""
-    seen: list[str] = []
+    seen: dict[str, None] = {}  # ordered
     todo = [root]
     while todo:
         d = todo.pop()
         if d in seen or d not in found:
             continue
-        seen.append(d)
+        seen[d] = None
         todo += [r for r in found[d].refs if r in found]
-    return seen
+    return list(seen)
 
 
 def cycle(root: str, found: Mapping[str, Kustomization]) -> list[str]:
-    """The first cycle of references reachable from ``root`` (directories), or []."""
-    path: list[str] = []
-    done: set[str] = set()
-
-    def visit(d: str) -> list[str]:
-        if d in path:
-            return [*path[path.index(d):], d]
-        if d in done or d not in found:
-            return []
-        path.append(d)
-        for ref in found[d].refs:
-            loop = visit(ref)
-            if loop:
-                return loop
-        path.pop()
-        done.add(d)
+    """The first cycle of references reachable from ``root`` (directories), or [] (an
+    iterative walk: a hostile chain of thousands of kustomizations costs no recursion)."""
+    if root not in found:
         return []
+    path, on_path, done = [root], {root}, set()
+    stack = [iter(found[root].refs)]
+    while stack:
+        ref = next(stack[-1], None)
+        if ref is None:
+            stack.pop()
+            done.add(path[-1])
+            on_path.discard(path.pop())
+            continue
+        if ref in on_path:
+            return [d or "." for d in [*path[path.index(ref):], ref]]
+        if ref in done or ref not in found:
+            continue
+        path.append(ref)
+        on_path.add(ref)
+        stack.append(iter(found[ref].refs))
+    return []
 
-    return [d or "." for d in visit(root)]
+
+def depth(root: str, found: Mapping[str, Kustomization]) -> int:
+    """How many kustomizations deep ``root``'s references go (after ``cycle`` found none)."""
+    memo: dict[str, int] = {}
+    order = tree(root, found)
+    for d in reversed(order):  # a DAG walked from its leaves; unknown ones count as 0
+        memo[d] = 1 + max((memo.get(r, 0) for r in found[d].refs), default=0)
+    for _ in range(MAX_NESTING + 2):  # settle what tree()'s order left; each pass adds a level
+        changed = False
+        for d in order:
+            value = 1 + max((memo.get(r, 0) for r in found[d].refs), default=0)
+            if value != memo[d]:
+                memo[d], changed = value, True
+        if not changed:
+            break
+    return memo.get(root, 0)
 
 
 def unreached(found: Mapping[str, Kustomization]) -> list[str]:
@@ -229,8 +255,8 @@ def unreached(found: Mapping[str, Kustomization]) -> list[str]:
 def inputs(root: str, found: Mapping[str, Kustomization],
            files: Sequence[RepoFile]) -> list[RepoFile]:
     """The files a root's render may read: those under the directories of its tree."""
-    dirs = tree(root, found)
-    return [f for f in files if any(_inside(d, f.path) for d in dirs)]
+    dirs = set(tree(root, found))
+    return [f for f in files if owned_by_kustomize(f.path, dirs)]
 
 
 @dataclass(frozen=True)
@@ -267,6 +293,9 @@ def render_root(root: str, found: Mapping[str, Kustomization], files: Sequence[R
     if loop:
         problems.append(Diagnostic(where, "kustomization cycle: " + " -> ".join(loop)
                                    + "; a kustomization cannot include itself"))
+    elif depth(root, found) > MAX_NESTING:
+        problems.append(Diagnostic(where, f"kustomizations nest more than {MAX_NESTING} "
+                                   "levels deep from here; gitray refuses to render it"))
     if problems:
         return Rendered(root, k.path, problems=tuple(problems))
     given: dict[str, bytes] = {}

@@ -115,7 +115,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     if memo is not None:
         memo.start()
     results: list[tuple[str, _FileResult]] = []
-    kdirs = kustomize_dirs(snapshot.files)
+    kdirs = set(kustomize_dirs(snapshot.files))
     rendered = _render(snapshot, config, kustomize, diagnostics) if kdirs else {}
     chosen = [f for f in _selected(snapshot, config, diagnostics)
               if not owned_by_kustomize(f.path, kdirs)]

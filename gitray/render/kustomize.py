@@ -4,9 +4,10 @@ The binary: ``$GITRAY_KUSTOMIZE``, else ``kustomize`` (v5) on PATH. Not a gitray
 a repository must not choose which program gitray runs. The files are written to a fresh
 temporary directory (regular files only, so no symlink leads out of it) and ``kustomize
 build`` runs there with the default root-only load restrictor, no plugins, no exec functions,
-no Helm, a minimal environment (no credentials), a timeout, an address-space bound and an
-output bound. Results are memoized by the digest of the inputs (files, binary, limits): a
-revision whose render inputs are unchanged is not rendered again.
+no Helm, a minimal environment (no credentials), a timeout, an address-space bound (set by
+util-linux's ``prlimit`` before kustomize starts, else just after) and an output bound.
+Results are memoized by the digest of the inputs (files, binary, limits): a revision whose
+render inputs are unchanged is not rendered again.
 """
 
 from __future__ import annotations
@@ -113,13 +114,17 @@ def _build(files: Mapping[str, bytes], root: str, binary: str,
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "GOMAXPROCS": "2",
                "KUSTOMIZE_PLUGIN_HOME": str(Path(tmp) / "no-plugins")}
         args = [binary, "build", "--load-restrictor", "LoadRestrictionsRootOnly", "."]
+        bound = shutil.which("prlimit")  # util-linux: the bound holds from exec on
+        if bound:
+            args = [bound, f"--as={limits.max_memory_bytes}", "--", *args]
         RENDERS[0] += 1
         try:
             proc = subprocess.Popen(args, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
             return None, f"kustomize could not be started: {exc.strerror}"
-        _limit_memory(proc.pid, limits.max_memory_bytes)  # no preexec_fn: threads run here
+        if not bound:  # no preexec_fn (threads run here): bound it just after it started
+            _limit_memory(proc.pid, limits.max_memory_bytes)
         out, err, why = _communicate(proc, limits)
         if why is not None:
             return None, f"kustomize build {shown} refused: {why}"

@@ -276,3 +276,16 @@ def test_a_serve_config_file_of_a_rendered_rayservice_is_relative_to_the_overlay
     files["overlays/staging/serve.yaml"] = serve
     result = load(files)
     assert [w.spec["serveConfigV2"] for w in result.workloads] == [serve, serve]
+
+
+def test_a_chain_of_thousands_of_kustomizations_is_refused_without_recursion() -> None:
+    files = {f"k{i}/kustomization.yaml": f"resources: [../k{i + 1}]\n" for i in range(3000)}
+    files["k3000/kustomization.yaml"] = "resources: []\n"
+    before = runner.RENDERS[0]
+    assert errors(load(files)) == [
+        "k0/kustomization.yaml:1:1: kustomizations nest more than 50 levels deep from here; "
+        "gitray refuses to render it"]
+    assert runner.RENDERS[0] == before
+    files.update({"k0/kustomization.yaml": "resources: [../k2999]\n"})
+    files.pop("k1/kustomization.yaml")  # k0 -> k2999 -> k3000: two levels, rendered
+    assert [e for e in errors(load(files)) if e.startswith("k0/")] == []
