@@ -70,7 +70,9 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
           warn: bool = True, report: str | None = None,
           staged: bool = False) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision, staged)
-    result = load_snapshot(snapshot, overrides)
+    from gitray.render.kustomize import run as run_kustomize
+
+    result = load_snapshot(snapshot, overrides, kustomize=run_kustomize)
     _check(result, warn, report, repo)
     return result, snapshot
 
@@ -199,7 +201,9 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
     try:
         kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
                                                  .kuberay_version))
-        result = load_snapshot(snapshot, overrides, kuberay=kuberay)
+        from gitray.render.kustomize import run as run_kustomize
+
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay, kustomize=run_kustomize)
         _check(result, report=report, repo=args.repo, note=False)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)

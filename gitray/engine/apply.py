@@ -35,6 +35,7 @@ from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems
+from gitray.render.kustomize import run as run_kustomize
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute", "live_plan", "read_live", "read_live_store", "read_records",
@@ -85,7 +86,7 @@ def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
             config = None  # the load reports it, with its place
         if config is not None:
             kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
-    result = load_snapshot(snapshot, overrides, memo, kuberay)
+    result = load_snapshot(snapshot, overrides, memo, kuberay, kustomize=run_kustomize)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
@@ -38,9 +38,21 @@ from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
 from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
+from gitray.plans.kustomize import (
+    Rendered,
+    Runner,
+    find_kustomizations,
+    kustomize_dirs,
+    map_diagnostic,
+    owned_by_kustomize,
+    render_root,
+    roots,
+    unreached,
+)
 from gitray.plans.rules import (
     check_rules,
 )
+from gitray.plans.servefile import with_serve_file
 
 __all__ = [
     "MAX_DIAGNOSTICS_PER_FILE",
@@ -69,7 +81,8 @@ _CEL_UNEVALUATED = "CEL rule not evaluated by gitray"  # the start of such warni
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
                   memo: LoadMemo | None = None,
-                  kuberay: KubeRaySchemas | None = None) -> LoadResult:
+                  kuberay: KubeRaySchemas | None = None,
+                  kustomize: Runner | None = None) -> LoadResult:
     """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
 
     Ray workloads are judged by ``kuberay`` (the CRDs a cluster serves), else by the packaged
@@ -78,6 +91,9 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
 
     With a ``memo`` from earlier loads, files whose bytes (and settings) are unchanged are not
     parsed again: a new commit costs what it changed, not the size of the repository.
+
+    Kustomizations (``gitray.plans.kustomize``) are rendered with ``kustomize``, the runner of
+    ``kustomize build`` (``gitray.render.kustomize.run``); without one, each is a problem.
     """
     by_path = {f.path: f for f in snapshot.files}
     config_file = by_path.get(CONFIG_FILE)
@@ -98,19 +114,76 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     budget = NodeBudget(MAX_TOTAL_NODES)
     if memo is not None:
         memo.start()
-    for repo_file in _selected(snapshot, config, diagnostics):
+    results: list[tuple[str, _FileResult]] = []
+    kdirs = set(kustomize_dirs(snapshot.files))
+    rendered = _render(snapshot, config, kustomize, diagnostics) if kdirs else {}
+    chosen = [f for f in _selected(snapshot, config, diagnostics)
+              if not owned_by_kustomize(f.path, kdirs)]
+    chosen += [RepoFile(r.virtual_path, r.text.encode()) for r in rendered.values()]
+    for repo_file in chosen:
         if budget.left < 0:
             break  # reported once, at the file that went over
-        found = _file(repo_file, config, kuberay, budget, memo)
+        results.append((repo_file.path, _file(repo_file, config, kuberay, budget, memo, by_path)))
+    serve_files = {path for _, found in results for path, _ in found.deps}
+    for path, found in results:
+        if path in serve_files:
+            continue  # a Serve config of a RayService (gitray.plans.servefile), not manifests
         workloads += found.workloads
         diagnostics += found.diagnostics
         warnings += found.warnings
+    if rendered:
+        workloads, diagnostics, warnings = _at_sources(rendered, by_path, workloads,
+                                                       diagnostics, warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:
         return LoadResult(config, (), _capped(diagnostics), _capped(warnings), kuberay)
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
                       _capped(warnings), kuberay)
+
+
+def _no_kustomize(files: Mapping[str, bytes], root: str) -> tuple[str | None, str | None]:
+    return None, "kustomize rendering is not available here"
+
+
+def _render(snapshot: Snapshot, config: Config, kustomize: Runner | None,
+            diagnostics: list[Diagnostic]) -> dict[str, Rendered]:
+    """The output of every root kustomization that ``paths``/``exclude`` select, by the
+    path the loader reads it under."""
+    found = find_kustomizations(snapshot.files)
+    out: dict[str, Rendered] = {}
+    said: set[str] = set()
+    for lost in unreached(found):
+        diagnostics.append(Diagnostic(SourceLocation(found[lost].path), (
+            "never rendered: every kustomization that references it is referenced in turn "
+            "(a cycle of kustomizations)")))
+    for root in roots(found):
+        path = found[root].path
+        if not matches_any(path, config.paths) or matches_any(path, config.exclude):
+            continue
+        result = render_root(root, found, snapshot.files, kustomize or _no_kustomize)
+        if result.problems:
+            # the same message for every root (kustomize missing) is said once, at the first
+            diagnostics.extend(p for p in result.problems if p.message not in said)
+            said.update(p.message for p in result.problems)
+        else:
+            out[result.virtual_path] = result
+    return out
+
+
+def _at_sources(rendered: Mapping[str, Rendered], files: Mapping[str, RepoFile],
+                workloads: list[Workload], diagnostics: list[Diagnostic],
+                warnings: list[Diagnostic]
+                ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
+    """Findings about rendered objects moved to their sources; a rendered workload's source is
+    its root kustomization (plans say which overlay a change comes from)."""
+    def moved(found: list[Diagnostic]) -> list[Diagnostic]:
+        return [map_diagnostic(rendered[d.location.path], d, files)
+                if d.location.path in rendered else d for d in found]
+
+    placed = [replace(w, source=SourceLocation(rendered[w.source.path].kustomization))
+              if w.source.path in rendered else w for w in workloads]
+    return placed, moved(diagnostics), moved(warnings)
 
 
 def _once(warnings: list[Diagnostic]) -> list[Diagnostic]:
@@ -175,6 +248,8 @@ class _FileResult:
     diagnostics: tuple[Diagnostic, ...]
     nodes: int  # YAML values read, charged to the revision's budget
     warnings: tuple[Diagnostic, ...] = ()
+    # other files the result depends on (Serve config files): (path, digest when read)
+    deps: tuple[tuple[str, str], ...] = ()
 
 
 _MemoKey = tuple[Config, KubeRaySchemas, str, str]
@@ -220,13 +295,13 @@ def _digest(repo_file: RepoFile) -> str:
 
 
 def _file(repo_file: RepoFile, config: Config, kuberay: KubeRaySchemas, budget: NodeBudget,
-          memo: LoadMemo | None) -> _FileResult:
+          memo: LoadMemo | None, files: Mapping[str, RepoFile] | None = None) -> _FileResult:
     """The workloads and problems of one file (from the memo when its bytes are known)."""
     key = (config, kuberay, repo_file.path, _digest(repo_file)) \
         if memo is not None and repo_file.data is not None else None
     if key is not None and memo is not None:
         known = memo.get(key)
-        if known is not None:
+        if known is not None and not _deps_changed(known, files or {}):
             budget.left -= known.nodes
             if budget.left >= 0:
                 return known
@@ -235,15 +310,24 @@ def _file(repo_file: RepoFile, config: Config, kuberay: KubeRaySchemas, budget: 
     diagnostics: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
+    deps: list[tuple[str, str]] = []
     for document in _documents(repo_file, budget, diagnostics):
-        workload = _workload(document, config, kuberay, diagnostics, warnings)
+        workload = _workload(document, config, kuberay, diagnostics, warnings, files or {}, deps)
         if workload is not None:
             workloads.append(workload)
     result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left,
-                         tuple(warnings))
+                         tuple(warnings), tuple(deps))
     if key is not None and memo is not None and budget.left >= 0:
         memo.put(key, result)
     return result
+
+
+def _deps_changed(known: _FileResult, files: Mapping[str, RepoFile]) -> bool:
+    for path, digest in known.deps:
+        found = files.get(path)
+        if (_digest(found) if found is not None and found.data is not None else "") != digest:
+            return True
+    return False
 
 
 def _mib(size: int) -> str:
@@ -279,6 +363,7 @@ def _documents(
 def _workload(
     document: YamlDocument, config: Config, kuberay: KubeRaySchemas,
     diagnostics: list[Diagnostic], warnings: list[Diagnostic],
+    files: Mapping[str, RepoFile] | None = None, deps: list[tuple[str, str]] | None = None,
 ) -> Workload | None:
     value = document.value
     if not isinstance(value, dict):
@@ -294,7 +379,19 @@ def _workload(
     if kind is None:
         return None
     identity = check_identity(document, kind, config, diagnostics)
-    problems = check_rules(kind, document, warnings)
+    serve_file = None
+    if kind == Kind.RAY_SERVICE:
+        document, serve_file = with_serve_file(document, files or {})
+        if serve_file is not None and serve_file.path is not None and deps is not None:
+            found = (files or {}).get(serve_file.path)
+            deps.append((serve_file.path, _digest(found)
+                         if found is not None and found.data is not None else ""))
+        if serve_file is not None and serve_file.problems:
+            diagnostics.extend(serve_file.problems)
+            return None
+    value = document.value
+    problems = check_rules(kind, document, warnings,
+                           serve_file.path if serve_file is not None else None)
     if kind in _RAY_KINDS:
         problems += _schema_problems(document, kind, kuberay, warnings)
     diagnostics.extend(problems)

@@ -3,7 +3,7 @@
 1. The package import rule: each package of gitray/ imports only the packages below it.
 
        core, parsing  <-  plans  <-  engine  <-  daemon, cli
-       core  <-  k8s, git, hosts, ray            (the adapters: one external system each)
+       core  <-  k8s, git, hosts, ray, render    (the adapters: one external system each)
 
    ``parsing`` builds on ``core`` (diagnostics point at source locations). ``engine`` uses the
    adapters; ``daemon`` and ``cli`` may use everything below them, and ``cli`` reaches the
@@ -31,9 +31,11 @@ ALLOWED: dict[str, set[str]] = {
     "git": {"core"},
     "hosts": {"core"},
     "ray": {"core"},
-    "engine": {"core", "parsing", "plans", "k8s", "git", "ray"},
-    "daemon": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray"},
-    "cli": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray", "daemon"},
+    "render": {"core"},
+    "engine": {"core", "parsing", "plans", "k8s", "git", "ray", "render"},
+    "daemon": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray", "render"},
+    "cli": {"core", "parsing", "plans", "engine", "k8s", "git", "hosts", "ray", "daemon",
+            "render"},
 }
 # What ``gitray --help`` and ``gitray plan`` load (the parser, then the commands module) may
 # import these only inside the command that needs them, never at import time.

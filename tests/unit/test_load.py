@@ -398,6 +398,21 @@ BILLION_LAUGHS = 'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"
 QUADRATIC_BLOWUP = "a: &a [" + ",".join(["x"] * 2000) + "]\nb: [" + ",".join(["*a"] * 2000) + "]\n"
 
 HOSTILE_CASES = {
+    # kustomizations (gitray/plans/kustomize.py): refused before any kustomize runs; the
+    # renders themselves (huge output, memory, time) are in tests/unit/test_kustomize.py
+    "a kustomization escaping the revision": Bad(
+        {"k/kustomization.yaml": "resources: [../../etc]\n"}, "k/kustomization.yaml:1:13",
+        "leaves the repository"),
+    "a remote kustomize base": Bad(
+        {"k/kustomization.yaml": "resources: ['https://example.com/base']\n"},
+        "k/kustomization.yaml:1:13", "remote base"),
+    "a kustomization cycle": Bad(
+        {"a/kustomization.yaml": "resources: [../b]\n",
+         "b/kustomization.yaml": "resources: [../a]\n"},
+        "a/kustomization.yaml:1:1", "a cycle of kustomizations"),
+    "a kustomize exec plugin": Bad(
+        {"k/kustomization.yaml": "transformers: [plugin.yaml]\n"}, "k/kustomization.yaml:1:1",
+        "transformer plugins are off"),
     "a billion-laughs alias bomb": Bad(
         {"bomb.yaml": BILLION_LAUGHS}, "bomb.yaml:6:10", "aliases expand to more than 100000 nodes"
     ),
