@@ -66,7 +66,7 @@ from gitray.engine.apply import (
 )
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
-from gitray.engine.progress import RunState
+from gitray.engine.record import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch, read_snapshot

@@ -53,8 +53,8 @@ from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import HOLDS, Budget, step_budget
 from gitray.engine.fence import Fence
-from gitray.engine.progress import (
-    ProgressStore,
+from gitray.engine.progress import ProgressStore
+from gitray.engine.record import (
     Record,
     RunState,
     StepRecord,

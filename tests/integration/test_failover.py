@@ -35,7 +35,8 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.failpoints import Point
-from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
 from tests.integration.chaos import (
@@ -76,17 +77,10 @@ TAKEOVERS: list[float] = []
 TRAFFIC: dict[str, LoadResult] = {}  # scenario -> real requests to the serve Service's ClusterIP
 
 
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
-
-
 def load_record(kubeconfig: str, namespace: str) -> Record | None:
     kube = Kube.connect(KubeSettings(kubeconfig=kubeconfig))
     try:
-        return ProgressStore(kube, namespace, "gitray", _ReadOnly()).load(
+        return RecordReader(kube, namespace, "gitray").load(
             ObjectKey("RayService", namespace, SVC))
     finally:
         kube.close()

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from gitray.core.model import ObjectKey
 from gitray.core.timefmt import parse_timestamp
-from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
 from tests.integration.chaos import Replica, holder_pid, isolated, start_replica
@@ -55,17 +56,10 @@ FIRST_ROLLOUT = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-s
 SLOW_STANDBY = ("--lease-duration", "60", "--renew-deadline", "40", "--retry-period", "30")
 
 
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
-
-
 def load_record(env: TestEnv, ns: str) -> Record | None:
     kube = Kube.connect(KubeSettings(kubeconfig=env.kubeconfig))
     try:
-        return ProgressStore(kube, ns, f"gitray-{ns}", _ReadOnly()).load(
+        return RecordReader(kube, ns, f"gitray-{ns}").load(
             ObjectKey("RayService", ns, SVC))
     finally:
         kube.close()

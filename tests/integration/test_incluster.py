@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from gitray.core.model import ObjectKey
-from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
 from tests.gitea.build import build_any, static_dir
@@ -51,13 +52,6 @@ WORKLOADS = "default"  # the namespace deploy/base binds gitray-workloads in
 SVC = "serve-demo"
 SELECTOR = "app.kubernetes.io/name=gitray,app.kubernetes.io/component=sync"
 FIGURES: dict[str, Any] = {}
-
-
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
 
 
 def service(ns: str, revision: int, serve: str | None = None) -> str:
@@ -118,7 +112,7 @@ class InCluster:
     def record(self) -> Record | None:
         kube = Kube.connect(KubeSettings(kubeconfig=self.env.kubeconfig))
         try:
-            return ProgressStore(kube, NS, "gitray", _ReadOnly()).load(
+            return RecordReader(kube, NS, "gitray").load(
                 ObjectKey("RayService", WORKLOADS, SVC))
         finally:
             kube.close()
