@@ -129,7 +129,7 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     """``--lease-namespace``, else the namespace kubectl would use (in a pod, its own)."""
     if args.lease_namespace:
         return str(args.lease_namespace)
-    from gitray.k8s.client import default_namespace
+    from gitray.k8s.connection import default_namespace
 
     return default_namespace(_kube_settings(args))
 
