@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
+from gitray.cli.contract import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.model import LiveState

@@ -157,6 +157,38 @@ def test_the_rule_has_no_cycles() -> None:
         visit(package, ())
 
 
+def module_imports() -> dict[str, set[str]]:
+    """gitray module -> the gitray modules it imports anywhere (lazily and for the type
+    checker too); ``from gitray.x import y`` names the submodule ``y`` when there is one."""
+    modules = {}
+    for path in GITRAY.rglob("*.py"):
+        parts = path.relative_to(GITRAY.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found[name] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                found[name] |= subs or ({node.module} & modules.keys())
+            elif isinstance(node, ast.Import):
+                found[name] |= {a.name for a in node.names} & modules.keys()
+    return found
+
+
+def circles(imported: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted({(a, b) for a, targets in imported.items() for b in targets
+                   if a < b and a in imported.get(b, set())})
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert circles(module_imports()) == []
+
+
+def test_the_circle_check_catches_a_two_file_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_what_the_rule_allows(package: str) -> None:
     found = [v for path in package_modules(package) for v in rule_violations(path, package)]
