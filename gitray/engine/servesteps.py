@@ -39,7 +39,7 @@ class ServeSteps:
     def deploy_serve(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         cluster = str(step.params["cluster"])
         # the dashboard answers some seconds after the head pod is ready: retry the PUT within
-        # the step's timeout (gitray.engine.deadlines.DEPLOY_BUDGET_S at least)
+        # the step's timeout (180 s at least: gitray.plans.steptypes, min_timeout_s)
         last: list[TransientError] = []
         body = dict(step.params["serveConfig"])
         capacity = step.params.get("targetCapacity")
