@@ -39,10 +39,8 @@ from pathlib import Path
 
 from gitray.core.model import ObjectKey
 from gitray.core.timefmt import parse_timestamp
-from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
-from gitray.k8s.client import Kube
-from gitray.k8s.settings import KubeSettings
+from tests.integration import harness
 from tests.integration.chaos import Replica, holder_pid, isolated, start_replica
 from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
@@ -57,12 +55,7 @@ SLOW_STANDBY = ("--lease-duration", "60", "--renew-deadline", "40", "--retry-per
 
 
 def load_record(env: TestEnv, ns: str) -> Record | None:
-    kube = Kube.connect(KubeSettings(kubeconfig=env.kubeconfig))
-    try:
-        return RecordReader(kube, ns, f"gitray-{ns}").load(
-            ObjectKey("RayService", ns, SVC))
-    finally:
-        kube.close()
+    return harness.load_record(env.kubeconfig, ns, ObjectKey("RayService", ns, SVC))
 
 
 def suspended_service(ns: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.integration.chaos import ClusterWatch, isolated, start_replica
 from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.integration.harness import ray_clusters
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import RAY_IMAGE, TestEnv, get_text, wait_for
 from tests.testenv.load import LoadGenerator
@@ -31,12 +32,6 @@ def _rayservice(ns: str, *, image: str = RAY_IMAGE, workers: int = 0,
     """The examples' RayService sized for the real node, serving the hello app."""
     return real_node_rayservice(ns, image, serve_config(("hello", "/hello", "hello:app")),
                                 workers=workers, head_cpu=head_cpu)
-
-
-def _clusters(env: TestEnv, ns: str) -> list[str]:
-    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
-    return sorted(i["metadata"]["name"] for i in items
-                  if not i["metadata"].get("deletionTimestamp"))
 
 
 def _serving(env: TestEnv, ns: str) -> str:
@@ -63,7 +58,7 @@ def test_a_pending_cluster_that_never_becomes_ready_is_given_up_and_removed(
                                   "svc.yaml": dump(_rayservice(ns, workers=1))})
     first = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert first.returncode == 0, output(first)
-    (blue,) = _clusters(realnode, ns)
+    (blue,) = ray_clusters(realnode, ns)
     url = _url(realnode, ns)
 
     repo.commit("the head asks for more CPUs than the node has", {
@@ -71,7 +66,7 @@ def test_a_pending_cluster_that_never_becomes_ready_is_given_up_and_removed(
         "svc.yaml": dump(_rayservice(ns, workers=1, head_cpu="64"))})
     with LoadGenerator(url, rate=5, count=1000, timeout=3) as load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes")
-        wait_for(lambda: _clusters(realnode, ns) == [blue] or None, 120,
+        wait_for(lambda: ray_clusters(realnode, ns) == [blue] or None, 120,
                  what="the pending cluster deleted")
         load.stop()
     assert result.returncode == 1, output(result)
@@ -109,13 +104,13 @@ def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_thir
             return sync.metric("gitray_last_synced_revision_info", f'revision="{sha}"') == 1 \
                 or None
         wait_for(lambda: synced(first), 600, what="the first rollout")
-        (blue,) = _clusters(realnode, ns)
+        (blue,) = ray_clusters(realnode, ns)
         url = _url(realnode, ns)
         with ClusterWatch(realnode, ns) as watch, \
                 LoadGenerator(url, rate=5, count=3000, timeout=3) as load:
             push("new image", {"svc.yaml": dump(_rayservice(
                 ns, image="localhost/gitray-ray:2.60.0"))})
-            wait_for(lambda: len(_clusters(realnode, ns)) == 2 or None, 120,
+            wait_for(lambda: len(ray_clusters(realnode, ns)) == 2 or None, 120,
                      what="the pending cluster")
             reverted = push("revert", {"svc.yaml": dump(_rayservice(ns))})
             selected: set[str] = set()
@@ -124,7 +119,7 @@ def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_thir
                 selected.add(_serving(realnode, ns))
                 return synced(reverted)
             wait_for(revert_synced, 600, what="the revert synced")
-            wait_for(lambda: _clusters(realnode, ns) == [blue] or None, 180,
+            wait_for(lambda: ray_clusters(realnode, ns) == [blue] or None, 180,
                      what="the abandoned cluster deleted")
             load.stop()
             # blue too is "first seen" once the watch has started: count the others by uid
