@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from tests.testenv.helpers import (
     TestEnv,
     drop_namespace,
     environment,
+    make_namespace,
     wait_for,
 )
 
@@ -114,10 +114,7 @@ def node_namespace(namespace: str) -> str:
 
 @pytest.fixture
 def namespace(testenv: TestEnv) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    name = make_namespace(testenv)
     try:
         yield name
     finally:
@@ -135,10 +132,7 @@ def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
 
 @pytest.fixture
 def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"k-{uuid.uuid4().hex[:8]}"
-    kwokenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    name = make_namespace(kwokenv, "k")
     try:
         yield name
     finally:

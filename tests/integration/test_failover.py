@@ -25,7 +25,6 @@ import signal
 import statistics
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +60,7 @@ from tests.testenv.helpers import (
     TestEnv,
     drop_namespace,
     environment,
+    make_namespace,
     wait_for,
 )
 from tests.testenv.load import LoadGenerator, LoadResult
@@ -79,14 +79,6 @@ BOUNDARIES = [(1, "create-cluster", Point.STEP_DONE), (1, "create-cluster", Poin
               (6, "switch-service-serve", Point.STEP_RECORDED)]
 TAKEOVERS: list[float] = []
 TRAFFIC: dict[str, LoadResult] = {}  # scenario -> real requests to the serve Service's ClusterIP
-
-
-def make_namespace(env: TestEnv) -> str:
-    from kubernetes import client
-
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    return name
 
 
 def rs(ns: str, revision: int = 0) -> str:

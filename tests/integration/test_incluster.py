@@ -40,7 +40,7 @@ from tests.integration.harness import all_answered, load_record, selected_cluste
 from tests.manifests import dump, serve_config
 from tests.testenv import gitray_image as gi
 from tests.testenv import node
-from tests.testenv.helpers import TestEnv, drop_namespace, wait_for
+from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
 from tests.testenv.load import LoadGenerator, LoadResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,11 +204,10 @@ def incluster(testenv: TestEnv) -> Iterator[InCluster]:
         gitea.api("POST", "/user/repos", json={"name": repo, "private": True,
                                                 "auto_init": False, "default_branch": "main"})
         work.git("remote", "add", "origin", gitea.clone_url(repo))
-        testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-            name=unbound)))
+        make_namespace(testenv, name=unbound)
         # The namespace and the Secret first, as deploy/README.md says: a replica never starts
         # without its repository (and never with the base's placeholder URL).
-        testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+        make_namespace(testenv, name=NS)
         testenv.core.create_namespaced_secret(NS, client.V1Secret(
             metadata=client.V1ObjectMeta(name="gitray-credentials"),
             string_data={"repo-url": gitea.clone_url(repo), "status-token": gitea.token}))
