@@ -12,7 +12,6 @@
   fresh state dir and stops it at session end. One real node per machine: it waits (bounded)
   for another one to go.
 - `namespace` (function): name of a fresh namespace, deleted (and its pods gone) after the test.
-- `realnode` / `node_namespace`: the same, named for tests about the real node itself.
 - Tests marked `own_node` start an environment with the real node of their own; they are run
   first (the session's environment holds the machine's one real node from its start to the end
   of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
@@ -92,12 +91,6 @@ def gateway(testenv: TestEnv) -> dict[str, str]:
     return {"web": str(traefik["web"]), "metrics": str(traefik["metrics"])}
 
 
-@pytest.fixture(scope="session")
-def realnode(testenv: TestEnv) -> TestEnv:
-    """The session's environment, named for tests that are about the real node itself."""
-    return testenv
-
-
 @pytest.fixture(scope="module")
 def kwokenv() -> Iterator[TestEnv]:
     try:
@@ -105,11 +98,6 @@ def kwokenv() -> Iterator[TestEnv]:
             yield env
     except EnvUnavailable as exc:
         pytest.fail(str(exc))
-
-
-@pytest.fixture
-def node_namespace(namespace: str) -> str:
-    return namespace
 
 
 @pytest.fixture
