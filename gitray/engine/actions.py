@@ -34,6 +34,16 @@ from gitray.engine.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
+from gitray.plans.steptypes import (
+    ApplyObjectParams,
+    CreateServiceParams,
+    DeleteObjectParams,
+    ManifestParams,
+    ScheduleDeletionParams,
+    SwitchServiceParams,
+    UpdateClusterParams,
+    typed_params,
+)
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["Actions", "cluster_ready"]
@@ -142,11 +152,12 @@ class Actions:
     # ---- clusters -----------------------------------------------------------------------
 
     def _create_cluster(self, ns: str, step: Step, report: Report) -> str:
-        return self._create(step.params["manifest"])
+        return self._create(typed_params(step, ManifestParams).manifest)
 
     def _update_cluster(self, ns: str, step: Step, report: Report) -> str:
-        manifest = copy.deepcopy(dict(step.params["manifest"]))
-        if step.params.get("preserveLiveReplicas"):
+        p = typed_params(step, UpdateClusterParams)
+        manifest = copy.deepcopy(dict(p.manifest))
+        if p.preserve_live_replicas:
             live = self.kube.get(API_VERSION_RAY, "RayCluster", ns, step.target)
             replicas = {g.get("groupName"): g.get("replicas")
                         for g in (live.get("spec") or {}).get("workerGroupSpecs") or []}
@@ -202,7 +213,8 @@ class Actions:
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         if annotations.get(ANN_DELETE_AFTER):
             return f"deletion already scheduled at {annotations[ANN_DELETE_AFTER]}"
-        when = utc_timestamp(self.clock.now() + timedelta(seconds=int(step.params["delaySeconds"])))
+        when = utc_timestamp(self.clock.now() + timedelta(
+            seconds=int(typed_params(step, ScheduleDeletionParams).delay_seconds)))
         self.kube.patch(API_VERSION_RAY, "RayCluster", ns, step.target,
                         {"metadata": {"annotations": {ANN_DELETE_AFTER: when}}})
         return f"{step.target} will be deleted after {when}"
@@ -225,10 +237,10 @@ class Actions:
         return f"Service {name} now selects {selector.get('ray.io/cluster')}"
 
     def _create_service(self, ns: str, step: Step, report: Report) -> str:
-        manifest = step.params["manifest"]
-        if step.params.get("role") == "serve":
-            self.serve.gate_serve_pods(ns, str(step.params["cluster"]), report,
-                                  manifest["spec"]["selector"])
+        p = typed_params(step, CreateServiceParams)
+        manifest = p.manifest
+        if p.role == "serve":
+            self.serve.gate_serve_pods(ns, str(p.cluster), report, manifest["spec"]["selector"])
         existing = self.kube.get_or_none("v1", "Service", ns, step.target)
         if existing is not None:
             meta = existing.get("metadata") or {}
@@ -240,17 +252,17 @@ class Actions:
                                     f"workload's ({owner or 'not managed by gitray'}); choose "
                                     "another name or remove that Service")
             return self._point(ns, step.target, manifest["spec"]["selector"])
-        if step.params.get("serverSideApply"):  # spec.serveService: later changes are applied
+        if p.server_side_apply:  # spec.serveService: later changes are applied
             self.kube.apply(manifest)
             return f"created Service {step.target}"
         return self._create(manifest)
 
     def _switch_service(self, ns: str, step: Step, report: Report) -> str:
-        if step.params.get("role") == "serve":
-            n = self.serve.gate_serve_pods(ns, str(step.params["cluster"]), report,
-                                      step.params["selector"])
+        p = typed_params(step, SwitchServiceParams)
+        if p.role == "serve":
+            n = self.serve.gate_serve_pods(ns, p.cluster, report, p.selector)
             report(f"{n} pod(s) with a healthy Serve proxy")
-        return self._point(ns, step.target, step.params["selector"])
+        return self._point(ns, step.target, p.selector)
 
     def _delete_service(self, ns: str, step: Step, report: Report) -> str:
         gone = not self.kube.delete("v1", "Service", ns, step.target)
@@ -259,7 +271,7 @@ class Actions:
     # ---- jobs and supporting objects ----------------------------------------------------
 
     def _create_job(self, ns: str, step: Step, report: Report) -> str:
-        return self._create(step.params["manifest"])
+        return self._create(typed_params(step, ManifestParams).manifest)
 
     def _wait_job(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         seen: dict[str, Any] = {}
@@ -322,15 +334,15 @@ class Actions:
         return f"RayJob {step.target} {'already gone' if gone else 'deleted'}"
 
     def _apply_object(self, ns: str, step: Step, report: Report) -> str:
-        manifest = step.params["manifest"]
-        if step.params.get("gateServe"):  # a per-cluster serve Service (incremental upgrade)
-            n = self.serve.gate_serve_pods(ns, str(step.params["gateServe"]), report,
-                                      manifest["spec"]["selector"])
+        p = typed_params(step, ApplyObjectParams)
+        manifest = p.manifest
+        if p.gate_serve:  # a per-cluster serve Service (incremental upgrade)
+            n = self.serve.gate_serve_pods(ns, p.gate_serve, report, manifest["spec"]["selector"])
             report(f"{n} pod(s) with a healthy Serve proxy")
         self.kube.apply(manifest)
         return f"applied {manifest['kind']} {step.target}"
 
     def _delete_object(self, ns: str, step: Step, report: Report) -> str:
-        p = step.params
-        gone = not self.kube.delete(str(p["apiVersion"]), str(p["kind"]), ns, step.target)
-        return f"{p['kind']} {step.target} {'already gone' if gone else 'deleted'}"
+        p = typed_params(step, DeleteObjectParams)
+        gone = not self.kube.delete(str(p.api_version), str(p.kind), ns, step.target)
+        return f"{p.kind} {step.target} {'already gone' if gone else 'deleted'}"

@@ -17,6 +17,7 @@ from gitray.engine.fence import Fence
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step
 from gitray.plans.serve import ServeState, serve_verdict
+from gitray.plans.steptypes import DeployServeParams, WaitServeParams, typed_params
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["Report", "ServeSteps"]
@@ -37,12 +38,13 @@ class ServeSteps:
         self.clock = clock
 
     def deploy_serve(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
-        cluster = str(step.params["cluster"])
+        p = typed_params(step, DeployServeParams)
+        cluster = p.cluster
         # the dashboard answers some seconds after the head pod is ready: retry the PUT within
         # the step's timeout (180 s at least: gitray.plans.steptypes, min_timeout_s)
         last: list[TransientError] = []
-        body = dict(step.params["serveConfig"])
-        capacity = step.params.get("targetCapacity")
+        body = dict(p.serve_config)
+        capacity = p.target_capacity
         if isinstance(capacity, int):  # an incremental upgrade's new cluster: maxSurgePercent
             body["target_capacity"] = capacity
 
@@ -69,8 +71,11 @@ class ServeSteps:
         return poll(attempt, deadline, wait=wait, timeout=timed_out)
 
     def wait_serve_running(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
-        cluster = str(step.params["cluster"])
-        sent = step.params.get("serveConfig") or {}
+        p = typed_params(step, WaitServeParams)
+        cluster, serve_hash = str(p.cluster), p.serve_config_hash
+        if serve_hash is None:  # (the planner always gives it)
+            raise TerminalError(f"step {step.id} has no serveConfigHash to mark {cluster} with")
+        sent = p.serve_config or {}
         last_put = deadline.started
         summary = "no status yet"
         pauses = Backoff(SERVE_FIRST_POLL_S, factor=SERVE_POLL_GROWTH, cap=SERVE_POLL_S)
@@ -94,7 +99,7 @@ class ServeSteps:
                 if verdict.state is ServeState.RUNNING:
                     self.fence.ensure_held()  # a leader woken from a pause must not write this
                     self.kube.patch(API_VERSION_RAY, "RayCluster", ns, cluster, {"metadata": {
-                        "annotations": {ANN_SERVE_CONFIG_HASH: step.params["serveConfigHash"]}}})
+                        "annotations": {ANN_SERVE_CONFIG_HASH: serve_hash}}})
                     return f"{summary} on {cluster}"
             except LeaseLostError:
                 raise

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from gitray.core.model import JSON
 from gitray.plans.plan import Step, StepType
@@ -36,6 +36,7 @@ __all__ = [
     "describe_step",
     "duration",
     "params_of",
+    "typed_params",
 ]
 
 # what a step's target names: (apiVersion, kind); FROM_PARAMS: the manifest or params say
@@ -93,6 +94,9 @@ class Params:
             out[key] = value
         out.update(self.extra)
         return out
+
+
+P = TypeVar("P", bound="Params")
 
 
 # ---- params, one dataclass per step type --------------------------------------------------
@@ -404,3 +408,11 @@ def describe_step(step: Step) -> str:
 def params_of(step: Step) -> Params:
     """``step``'s params, typed (``KeyError`` naming a required key that is missing)."""
     return STEP_KINDS[step.type].params.from_json(step.params)
+
+
+def typed_params(step: Step, cls: type[P]) -> P:
+    """``step``'s params as ``cls``, its row's params type (a handler reads them so)."""
+    params = params_of(step)
+    if not isinstance(params, cls):
+        raise TypeError(f"{step.type.value} has {type(params).__name__}, not {cls.__name__}")
+    return params
