@@ -230,6 +230,10 @@ class RunAnalysisParams(Params):
     checks: list[Any]
     failure_limit: int
     on_failure: Mapping[str, Any]
+    step: int | None = None
+    steps: int | None = None
+    backend: Mapping[str, Any] | None = None  # the new cluster's Service, as metrics name it
+    metrics: Mapping[str, Any] | None = None  # url, provider, requests, durations
 
 
 @dataclass(frozen=True)
