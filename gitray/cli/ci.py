@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitray.cli.app import EXIT_ERROR, EXIT_OK, main
+from gitray.cli.app import main
+from gitray.cli.contract import EXIT_ERROR, EXIT_OK
 from gitray.core.config import StatusProvider, StatusSettings
 from gitray.core.errors import GitrayError, SourceError
 from gitray.plans.annotations import (

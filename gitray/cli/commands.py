@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
+from gitray.cli.contract import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
@@ -132,7 +132,7 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     """``--lease-namespace``, else the namespace kubectl would use (in a pod, its own)."""
     if args.lease_namespace:
         return str(args.lease_namespace)
-    from gitray.k8s.client import default_namespace
+    from gitray.k8s.connection import default_namespace
 
     return default_namespace(_kube_settings(args))
 

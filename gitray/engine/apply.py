@@ -17,9 +17,8 @@ from gitray.core.livestore import LiveStore
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
-from gitray.engine.fence import ReadOnly
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.engine.record import remembered_runs
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState, remembered_runs
 from gitray.engine.schemas import cluster_schemas
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
@@ -181,7 +180,7 @@ def check_saved_plan(saved: Plan, kube: Kube, desired: Desired,
 
 def read_records(kube: Kube, lease_namespace: str, config: Config) -> list[Record]:
     """The run records of ``config``'s instance, read without holding the Lease."""
-    return ProgressStore(kube, lease_namespace, config.instance, ReadOnly()).list()
+    return RecordReader(kube, lease_namespace, config.instance).list()
 
 
 def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:

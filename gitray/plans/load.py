@@ -35,7 +35,8 @@ from gitray.parsing.globs import matches_any
 from gitray.parsing.jsonschemas import document_errors
 from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.parsing.text import decode_text, format_path
-from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
+from gitray.parsing.yamlsafe import YamlDocument, parse_documents
+from gitray.parsing.yamlwalk import NodeBudget
 from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.kustomize import (

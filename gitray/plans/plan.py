@@ -35,7 +35,8 @@ READABLE_FORMAT_VERSIONS = (1, 2)  # a version-1 plan is a version-2 plan withou
 
 
 class StepType(StrEnum):
-    """Every kind of step a plan may hold. The values are the wire format."""
+    """Every kind of step a plan may hold. The values are the wire format; what each means
+    is its row in the step registry (``gitray.plans.steptypes``)."""
 
     CREATE_CLUSTER = "create-cluster"
     UPDATE_CLUSTER = "update-cluster"
@@ -60,13 +61,6 @@ class StepType(StrEnum):
     WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
     RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
     PAUSE = "pause"  # timed, or until `gitray promote`
-
-    @property
-    def mutates(self) -> bool:
-        """Whether the step changes the cluster (wait steps only observe; an analysis may
-        roll back, so it counts as mutating)."""
-        return self not in {StepType.WAIT_CLUSTER_READY, StepType.WAIT_SERVE_RUNNING,
-                            StepType.WAIT_JOB, StepType.WAIT_INTERVAL, StepType.PAUSE}
 
 
 class Action(StrEnum):

@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
 from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import TestEnv, make_namespace, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
@@ -255,10 +255,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(testenv: TestEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from kubernetes import client
-
-    ns = f"t-hostile-{uuid.uuid4().hex[:6]}"
-    testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    ns = make_namespace(testenv, "t-hostile")
     tmp = tmp_path_factory.mktemp("hostile")
     try:
         repo = GitOpsRepo(tmp / "repo")

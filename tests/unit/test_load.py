@@ -13,8 +13,8 @@ import pytest
 
 from gitray.core.model import Diagnostic, ObjectKey, SourceLocation
 from gitray.core.snapshot import MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, RepoFile, Snapshot
-from gitray.parsing import yamlsafe
-from gitray.parsing.yamlsafe import MAX_NODES
+from gitray.parsing import yamlsafe, yamlwalk
+from gitray.parsing.yamlwalk import MAX_NODES
 from gitray.plans import load as load_module
 from gitray.plans.load import (
     MAX_DIAGNOSTICS_PER_FILE,
@@ -557,6 +557,7 @@ def test_a_file_with_thousands_of_problems_reports_a_few_and_a_count() -> None:
 
 def test_too_many_yaml_values_in_one_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(yamlsafe, "MAX_NODES", 1000)  # the mechanism, at a size tests afford
+    monkeypatch.setattr(yamlwalk, "MAX_NODES", 1000)  # (the fast path and the walk alike)
     result = load({"flow.yaml": "[" + "1," * 5000 + "1]"})
     assert [str(d) for d in result.diagnostics] == [
         "flow.yaml:1:2000: more than 1000 YAML values in one file; split it"
