@@ -49,7 +49,7 @@ from gitray.core.errors import (
 )
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
-from gitray.daemon.healthwatch import HealthWatch
+from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.leadership import Leadership
 from gitray.daemon.metrics import Metrics
@@ -98,8 +98,7 @@ class Daemon:
         self.metrics = Metrics()
         self.statuses = StatusBridge(settings, self.metrics)
         self.post_status: PostStatus = self.statuses.post
-        self.signals = Signals(self.metrics, settings.overrides)  # notifications, metrics
-        self.health_watch = HealthWatch(self.signals, self.post_status)
+        self.signals = Signals(self.metrics, settings.overrides, redact_url(settings.repo))
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
@@ -110,6 +109,10 @@ class Daemon:
         self.standby = Standby(settings, self.kube, self.revisions, self._lock)
         self._stopping = threading.Event()
         self._poked = threading.Event()  # a webhook came in: a pass waiting looks at Git now
+        self.health_job = HealthJob(  # health watched after convergence
+            HealthWatch(self.signals, self.post_status), self.state, self.revisions, self._lock,
+            lambda: self.lease.is_leader and not self._stopping.is_set(), self._health,
+            lambda snap: desired_from(snap, settings.overrides, self.revisions.memo, self.kube))
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.leadership = Leadership(self.lease, self.scheduler,
                                      settings.execution.retry_period_s, self.metrics,
@@ -120,8 +123,7 @@ class Daemon:
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
                    leader=lambda: self.lease.is_leader, detail=self._detail),
             self.metrics, self.trigger_poll, settings.webhook_secret,
-            page=lambda: self.signals.page(redact_url(settings.repo), self.state.current.synced,
-                                           self.state.current.fetched, self.lease.is_leader))
+            page=lambda: self.signals.page(self.state.current, self.lease.is_leader))
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -133,7 +135,7 @@ class Daemon:
         self.scheduler.add_job(self._deletion_job, "interval",
                                seconds=self.settings.deletion_interval_s, id="deletions",
                                max_instances=1, coalesce=True)
-        self.scheduler.add_job(self._health_job, "interval", seconds=self.settings.interval_s,
+        self.scheduler.add_job(self.health_job, "interval", seconds=self.settings.interval_s,
                                id="health", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.leadership.attempt, "interval",
                                seconds=self.settings.execution.retry_period_s, id="lease",
@@ -260,25 +262,6 @@ class Daemon:
             cache = default_cache_dir(self.settings.repo)
         self.sync(cache, state.synced, "deletions")
 
-    def _health_job(self) -> None:
-        """Health after convergence (gitray.daemon.healthwatch): only while in sync, never
-        beside a pass."""
-        s, snapshot = self.state.current, self.revisions.snapshot
-        if self._stopping.is_set() or not self.lease.is_leader or not s.synced \
-                or s.attempted != s.synced or snapshot is None or snapshot.revision != s.synced:
-            return
-        if not self._lock.acquire(blocking=False):
-            return
-        try:
-            desired = desired_from(snapshot, self.settings.overrides, self.revisions.memo,
-                                   self.kube)
-            self.health_watch.check(s.synced, [w.key for w in desired.workloads],
-                                    lambda: self._health(desired))
-        except GitrayError as e:
-            log.debug("health not read: %s", e)
-        finally:
-            self._lock.release()
-
     # ---- one pass -----------------------------------------------------------------------
 
     def sync(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
@@ -331,7 +314,7 @@ class Daemon:
                 self.state.update(refused=sha)
                 self.metrics.invalid_revisions.inc()
                 log.error("%s not applied: %s", sha[:7], e)
-                self._refuse(sha, f"not applied: {e}", str(e))
+                self.signals.refused(sha, str(e), self.post_status, f"not applied: {e}")
                 return []
             log.info("%s is signed by %s", sha[:7], signer)
         # Only a verified revision may choose where statuses (and the status token) go.
@@ -355,8 +338,8 @@ class Daemon:
             for diagnostic in e.diagnostics:
                 log.error("%s: %s", sha[:7], diagnostic)
             first = str(e.diagnostics[0]) if e.diagnostics else ""
-            self._refuse(sha, f"invalid revision, nothing applied: {first}",
-                         f"invalid revision: {first}")
+            self.signals.refused(sha, f"invalid revision: {first}", self.post_status,
+                                 f"invalid revision, nothing applied: {first}")
             return []
         self.state.update(next_deletion=next_deletion)
         plan, failed_before = skip_failed(plan, {
@@ -389,10 +372,6 @@ class Daemon:
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._report(sha, outcomes, desired, plan)
         return outcomes
-
-    def _refuse(self, sha: str, description: str, reason: str) -> None:
-        self.post_status(sha, None, "failure", description)
-        self.signals.refused(sha, reason)
 
     def _hold_back(self, sha: str, trigger: str, plan: Plan
                    ) -> tuple[Plan, dict[ObjectKey, list[str]]]:

@@ -12,13 +12,22 @@ that could not be read (``unknown (...)``) changes nothing.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
+from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
+from gitray.core.snapshot import Snapshot
 from gitray.daemon.signals import HealthChange, Signals
+from gitray.daemon.standby import Revisions
+from gitray.daemon.state import StateBox
+from gitray.engine.apply import Desired
 
-__all__ = ["HealthWatch", "describe"]
+__all__ = ["HealthJob", "HealthWatch", "describe"]
+
+log = logging.getLogger("gitray.sync")
 
 
 def describe(sha: str, change: HealthChange) -> tuple[str, str]:
@@ -42,3 +51,31 @@ class HealthWatch:
             state, description = describe(sha, change)
             self.post_status(sha, change.key, state, description)
         return changes
+
+
+class HealthJob:
+    """The daemon's scheduler job: the watch, only while the leader is in sync at the revision
+    it holds, never beside a pass (``passing`` held)."""
+
+    def __init__(self, watch: HealthWatch, state: StateBox, revisions: Revisions,
+                 passing: threading.Lock, active: Callable[[], bool],
+                 health: Callable[[Desired], Mapping[ObjectKey, str]],
+                 desired: Callable[[Snapshot], Desired]) -> None:
+        self.watch, self.state, self.revisions, self.passing = watch, state, revisions, passing
+        self.active, self.desired, self.health = active, desired, health
+
+    def __call__(self) -> None:
+        s, snapshot = self.state.current, self.revisions.snapshot
+        if not self.active() or not s.synced or s.attempted != s.synced or snapshot is None \
+                or snapshot.revision != s.synced:
+            return
+        if not self.passing.acquire(blocking=False):
+            return
+        try:
+            desired = self.desired(snapshot)
+            self.watch.check(s.synced, [w.key for w in desired.workloads],
+                             lambda: self.health(desired))
+        except GitrayError as e:
+            log.debug("health not read: %s", e)
+        finally:
+            self.passing.release()

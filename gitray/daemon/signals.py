@@ -19,6 +19,7 @@ from gitray.core.model import ObjectKey
 from gitray.core.notices import Notice
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.metrics import MAX_WORKLOADS, Metrics
+from gitray.daemon.state import DaemonState
 from gitray.daemon.statuspage import Entry, PageData, render
 from gitray.engine.apply import desired_config
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
@@ -53,9 +54,9 @@ class HealthChange:
 
 class Signals:
     def __init__(self, metrics: Metrics, overrides: Mapping[str, object] | None = None,
-                 notifier: Notifier | None = None,
+                 repo: str = "", notifier: Notifier | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.metrics, self.overrides = metrics, dict(overrides or {})
+        self.metrics, self.overrides, self.repo = metrics, dict(overrides or {}), repo
         self.notifier = notifier or Notifier(
             count=lambda receiver, result: metrics.notifications.labels(receiver,
                                                                         result).inc())
@@ -173,7 +174,13 @@ class Signals:
         except Exception:
             log.exception("notifications/metrics of a pass' outcomes")
 
-    def refused(self, sha: str, message: str) -> None:
+    def refused(self, sha: str, message: str,
+                post: Callable[[str, ObjectKey | None, str, str], None] | None = None,
+                description: str = "") -> None:
+        """A revision refused: its overall commit status (``post``, ``description``) and the
+        change-refused notification."""
+        if post is not None:
+            post(sha, None, "failure", description or message)
         try:
             self.send([refused_notice(sha, message)])
         except Exception:
@@ -230,10 +237,11 @@ class Signals:
         self.send(health_notices(sha, before, read))
         return changes
 
-    def page(self, repo: str, synced: str, fetched: str, leader: bool) -> str:
-        """The status page (gitray.daemon.statuspage); ``repo`` already redacted."""
+    def page(self, state: DaemonState, leader: bool) -> str:
+        """The status page (gitray.daemon.statuspage); ``self.repo`` is redacted."""
         return render(PageData(
-            self.clock(), repo, synced, fetched, leader, self.metrics.table.views(),
+            self.clock(), self.repo, state.synced, state.fetched, leader,
+            self.metrics.table.views(),
             {k: tuple(v) for k, v in list(self.history.items())},
             {k: tuple(v) for k, v in list(self.traffic.items())},
             {k: tuple(v) for k, v in list(self.analyses.items())}))

@@ -1,4 +1,5 @@
-"""The notifications a pass gives rise to, from its step events and outcomes. Pure, no I/O.
+"""The notifications a pass gives rise to, from its step events and outcomes: values in,
+values out (the executor's events and outcomes, ``Notice`` values).
 
 ``step_notices`` hears the executor's step events (a RayService building a new cluster, traffic
 moved, an analysis that failed with its measured value); ``outcome_notices`` the end of each

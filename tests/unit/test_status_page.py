@@ -11,12 +11,14 @@ from gitray.core.model import ObjectKey
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.signals import Signals
+from gitray.daemon.state import DaemonState
 from gitray.daemon.statuspage import commit_url
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.plans.plan import Step, StepType
 from tests.unit.test_workload_metrics import Clock, Recording
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
+STATE = DaemonState(fetched=SHA, synced=SHA)
 HOSTILE = ObjectKey("RayService", "ml", "<img src=x onerror=alert(1)>")
 
 
@@ -39,9 +41,10 @@ def upgrade(signals: Signals, clock: Clock, key: ObjectKey) -> None:
 
 def test_the_page_shows_state_steps_and_the_traffic_chart_escaped() -> None:
     m, clock = Metrics(), Clock()
-    signals = Signals(m, notifier=Recording(), clock=clock)
+    signals = Signals(m, repo="https://git.example/team/repo.git", notifier=Recording(),
+                      clock=clock)
     upgrade(signals, clock, HOSTILE)
-    html = signals.page("https://git.example/team/repo.git", SHA, SHA, True)
+    html = signals.page(STATE, True)
     assert "<img" not in html and "<script>x" not in html and "new<b>" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "created &lt;script&gt;x&lt;/script&gt;" in html
@@ -50,7 +53,8 @@ def test_the_page_shows_state_steps_and_the_traffic_chart_escaped() -> None:
     assert 'href="https://git.example/team/repo/commit/' + SHA + '"' in html
     signals.outcomes(SHA, "commit", [WorkloadOutcome(HOSTILE, Outcome.FAILED,
                                                      "rolled back: <all> traffic", 5, 6)])
-    html = signals.page("file:///srv/repo.git", SHA, SHA, False)
+    signals.repo = "file:///srv/repo.git"
+    html = signals.page(STATE, False)
     assert "run failed: rolled back: &lt;all&gt; traffic" in html
     assert "standby" in html and "/commit/" not in html
 
@@ -68,7 +72,7 @@ def test_served_on_status() -> None:
     upgrade(signals, clock, ObjectKey("RayService", "ml", "fruit"))
     http = HttpEndpoints(("127.0.0.1", 0), Probes(lambda: True, lambda: True, lambda: True,
                                                   dict), m, lambda: None, None,
-                         page=lambda: signals.page("r", SHA, SHA, True))
+                         page=lambda: signals.page(STATE, True))
     http.start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/status", timeout=5) as r:
