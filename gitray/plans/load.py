@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
@@ -39,17 +39,8 @@ from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.parsing.yamlwalk import NodeBudget
 from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
-from gitray.plans.kustomize import (
-    Rendered,
-    Runner,
-    find_kustomizations,
-    kustomize_dirs,
-    map_diagnostic,
-    owned_by_kustomize,
-    render_root,
-    roots,
-    unreached,
-)
+from gitray.plans.kustomize import Runner, kustomize_dirs, owned_by_kustomize
+from gitray.plans.kustomized import at_sources, render_kustomizations
 from gitray.plans.rules import (
     check_rules,
 )
@@ -117,7 +108,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         memo.start()
     results: list[tuple[str, _FileResult]] = []
     kdirs = set(kustomize_dirs(snapshot.files))
-    rendered = _render(snapshot, config, kustomize, diagnostics) if kdirs else {}
+    rendered = render_kustomizations(snapshot, config, kustomize, diagnostics) if kdirs else {}
     chosen = [f for f in _selected(snapshot, config, diagnostics)
               if not owned_by_kustomize(f.path, kdirs)]
     chosen += [RepoFile(r.virtual_path, r.text.encode()) for r in rendered.values()]
@@ -133,7 +124,7 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         diagnostics += found.diagnostics
         warnings += found.warnings
     if rendered:
-        workloads, diagnostics, warnings = _at_sources(rendered, by_path, workloads,
+        workloads, diagnostics, warnings = at_sources(rendered, by_path, workloads,
                                                        diagnostics, warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
@@ -141,50 +132,6 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         return LoadResult(config, (), _capped(diagnostics), _capped(warnings), kuberay)
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
                       _capped(warnings), kuberay)
-
-
-def _no_kustomize(files: Mapping[str, bytes], root: str) -> tuple[str | None, str | None]:
-    return None, "kustomize rendering is not available here"
-
-
-def _render(snapshot: Snapshot, config: Config, kustomize: Runner | None,
-            diagnostics: list[Diagnostic]) -> dict[str, Rendered]:
-    """The output of every root kustomization that ``paths``/``exclude`` select, by the
-    path the loader reads it under."""
-    found = find_kustomizations(snapshot.files)
-    out: dict[str, Rendered] = {}
-    said: set[str] = set()
-    for lost in unreached(found):
-        diagnostics.append(Diagnostic(SourceLocation(found[lost].path), (
-            "never rendered: every kustomization that references it is referenced in turn "
-            "(a cycle of kustomizations)")))
-    for root in roots(found):
-        path = found[root].path
-        if not matches_any(path, config.paths) or matches_any(path, config.exclude):
-            continue
-        result = render_root(root, found, snapshot.files, kustomize or _no_kustomize)
-        if result.problems:
-            # the same message for every root (kustomize missing) is said once, at the first
-            diagnostics.extend(p for p in result.problems if p.message not in said)
-            said.update(p.message for p in result.problems)
-        else:
-            out[result.virtual_path] = result
-    return out
-
-
-def _at_sources(rendered: Mapping[str, Rendered], files: Mapping[str, RepoFile],
-                workloads: list[Workload], diagnostics: list[Diagnostic],
-                warnings: list[Diagnostic]
-                ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
-    """Findings about rendered objects moved to their sources; a rendered workload's source is
-    its root kustomization (plans say which overlay a change comes from)."""
-    def moved(found: list[Diagnostic]) -> list[Diagnostic]:
-        return [map_diagnostic(rendered[d.location.path], d, files)
-                if d.location.path in rendered else d for d in found]
-
-    placed = [replace(w, source=SourceLocation(rendered[w.source.path].kustomization))
-              if w.source.path in rendered else w for w in workloads]
-    return placed, moved(diagnostics), moved(warnings)
 
 
 def _once(warnings: list[Diagnostic]) -> list[Diagnostic]:
