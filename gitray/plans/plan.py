@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitray.core.model import JSON, ObjectKey, SourceLocation
+
+if TYPE_CHECKING:  # gitray.plans.resources builds on Step: imported where used
+    from gitray.plans.resources import ResourceChange
 
 __all__ = [
     "FORMAT_VERSION",
@@ -119,6 +122,9 @@ class WorkloadPlan:
     desired_hash: str = ""  # hash of the workload's desired spec ("" when removed from Git)
     notes: tuple[str, ...] = ()  # display-only
     changes: tuple[FieldChange, ...] = ()  # display-only
+    # display-only (and capacity pre-flight): pod requests added and at peak, when the plan
+    # creates, changes or deletes a Ray cluster (gitray.plans.resources)
+    resources: ResourceChange | None = None
 
     @property
     def has_changes(self) -> bool:
@@ -185,6 +191,10 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         }
         if w.source is not None:
             item["source"] = {"path": w.source.path, "line": w.source.line, "col": w.source.col}
+        if w.resources is not None:
+            from gitray.plans.resources import resource_change_to_json
+
+            item["resources"] = resource_change_to_json(w.resources)
         workloads.append(item)
     return {
         "formatVersion": FORMAT_VERSION,
@@ -219,10 +229,13 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
     callers validate against the schema first for a readable error."""
     if data.get("formatVersion") not in READABLE_FORMAT_VERSIONS:
         raise ValueError(f"unsupported plan formatVersion {data.get('formatVersion')!r}")
+    from gitray.plans.resources import resource_change_from_json
+
     workloads = []
     for item in data["workloads"]:
         k = item["workload"]
         src = item.get("source")
+        res = item.get("resources")
         workloads.append(
             WorkloadPlan(
                 key=ObjectKey(k["kind"], k["namespace"], k["name"]),
@@ -245,6 +258,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
                     FieldChange(c["path"], c.get("before"), c.get("after"))
                     for c in item.get("changes", ())
                 ),
+                resources=resource_change_from_json(res) if res else None,
             )
         )
     return Plan(

@@ -50,6 +50,7 @@ from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.resources import workload_resources
 from gitray.plans.sensitive import redact_plan, rules_for
 
 __all__ = ["Planner", "compute_plan", "order_key", "prune_disabled"]
@@ -195,6 +196,7 @@ def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config
               now: datetime, exact: bool, remembered: Mapping[str, str]) -> WorkloadPlan:
     # no sensitive value (Secret data, sensitiveFields) leaves the planner
     wp = explain_inputs(_plan_kind(key, workload, live, config, now, exact, remembered))
+    wp = replace(wp, resources=workload_resources(key.name, wp.steps, live.owned_by(key)))
     return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
 
 
