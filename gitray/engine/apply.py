@@ -16,6 +16,7 @@ from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
+from gitray.engine.capacity import preflight
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.fence import ReadOnly
 from gitray.engine.progress import ProgressStore, Record, RunState
@@ -165,6 +166,8 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     if unevaluated:  # said, never taken as passed
         notes = sorted({f"{w.location}: warning: {w.message}" for w in unevaluated})
         plan = replace(plan, notes=(*plan.notes, *notes))
+    # what the plan adds must fit quotas and nodes (refused or noted, per gitray.yaml)
+    plan = preflight(kube, plan, desired.config)
     return plan, deadline
 
 

@@ -18,6 +18,8 @@ from gitray.core.config import (
     CONFIG_API_VERSION,
     CONFIG_FILE,
     OVERRIDES_SOURCE,
+    CapacityMode,
+    CapacitySettings,
     Config,
     RayJobSettings,
     RayServiceSettings,
@@ -196,6 +198,12 @@ def _build(data: Mapping[str, Any]) -> Config:
             context_prefix=status.get("contextPrefix", st_default.context_prefix),
             url=status.get("url", st_default.url),
             repository=status.get("repository", st_default.repository),
+        ),
+        capacity=CapacitySettings(
+            quota=CapacityMode((data.get("capacity") or {}).get(
+                "quota", default.capacity.quota.value)),
+            nodes=CapacityMode((data.get("capacity") or {}).get(
+                "nodes", default.capacity.nodes.value)),
         ),
     )
 

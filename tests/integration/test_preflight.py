@@ -1,5 +1,6 @@
-"""What gitray checks or keeps before it changes anything: the prune opt-out, against the real
-API server (``gitray apply`` through the CLI)."""
+"""What gitray checks or keeps before it changes anything, against the real API server, KubeRay
+and the real node (``gitray plan``/``apply`` through the CLI): the prune opt-out, the capacity
+pre-flight."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.gitops import GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
+from tests.integration.gitops import GREETER, GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv
 
 
@@ -63,3 +64,53 @@ def test_prune_opt_out_in_git_or_by_hand_keeps_an_object_that_left_git(
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert r.returncode == 0, output(r)
     assert names(testenv, namespace) == {"stay", "in-git"}
+
+
+def _clusters(env: TestEnv, ns: str) -> set[str]:
+    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
+    return {c["metadata"]["name"] for c in items}
+
+
+def test_an_upgrade_that_cannot_fit_on_the_node_is_refused_before_anything_is_created(
+        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+    """The real node has 2 CPUs (the kwok nodes are tainted): a new cluster whose head asks
+    for 3 is refused with the shortfall named, nothing created; 300m proceeds."""
+    ns = node_namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    config = gitray_config("5s", ns, capacity={"nodes": "refuse"})
+    repo.commit("v1", {"gitray.yaml": config,
+                       "svc.yaml": dump(real_node_rayservice(ns, workers=0,
+                                                             serve=serve_config(GREETER)))})
+    r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert r.returncode == 0, output(r)
+    (active,) = _clusters(realnode, ns)
+
+    big = real_node_rayservice(ns, workers=0, serve=serve_config(GREETER), head_cpu="3",
+                               revision=1)
+    repo.commit("too big", {"svc.yaml": dump(big)})
+    for command in ("plan", "apply"):
+        r = gitray.run(command, "--repo", str(repo.path), *(("--yes",) if command == "apply"
+                                                           else ()))
+        assert r.returncode == 1, output(r)
+        assert r.stderr.startswith(
+            f"svc.yaml:2:1: RayService {ns}/serve-demo does not fit: blue-green needs +3 cpu, "
+            "+1Gi memory, +1 pods while both clusters run; 1 of 1 new pods fit on no node: a "
+            "head pod requests 3 cpu, 1Gi memory, 1 pods, the roomiest node testenv-node has "
+        ), output(r)
+        assert "use upgradeStrategy NewClusterWithIncrementalUpgrade" in r.stderr
+        assert "nothing was applied" in r.stderr and "Traceback" not in r.stderr
+    assert _clusters(realnode, ns) == {active}  # nothing was created
+
+    # per setting, only a warning in the plan
+    r = gitray.run("plan", "--repo", str(repo.path), "--set", "capacity.nodes=warn")
+    assert r.returncode == 0, output(r)
+    assert f"warning: svc.yaml:2:1: RayService {ns}/serve-demo does not fit" in r.stdout
+
+    small = real_node_rayservice(ns, workers=0, serve=serve_config(GREETER), head_cpu="300m",
+                                 revision=1)
+    repo.commit("smaller", {"svc.yaml": dump(small)})
+    r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert r.returncode == 0, output(r)
+    assert "resources: blue-green: +300m cpu, +1Gi memory, +1 pods while both run" in r.stdout
+    (new,) = _clusters(realnode, ns) - {active}
+    assert new.startswith("serve-demo-")
