@@ -14,7 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 from gitray.core.config import CapacityMode, Config
-from gitray.core.errors import ForbiddenError, ValidationError
+from gitray.core.errors import ForbiddenError
+from gitray.core.model import Diagnostic
 from gitray.k8s.client import Kube
 from gitray.plans.capacity import NodeRoom, QuotaRoom, Shortfall, check_nodes, check_quotas
 from gitray.plans.plan import Plan
@@ -79,13 +80,13 @@ def read_nodes(kube: Kube) -> list[NodeRoom]:
     return out
 
 
-def preflight(kube: Kube, plan: Plan, config: Config) -> Plan:
-    """``plan`` with a note per shortfall set to warn; raises ValidationError (nothing is
-    applied) for a shortfall set to refuse. Only plans that add resources are checked."""
+def preflight(kube: Kube, plan: Plan, config: Config) -> tuple[Plan, list[Diagnostic]]:
+    """``plan`` with a note per shortfall set to warn, and the shortfalls set to refuse (plan
+    errors: nothing is applied). Only plans that add resources are checked."""
     adds = [w for w in plan.workloads if w.resources is not None
             and any(r.low > 0 for r in w.resources.while_both.values())]
     if not adds:
-        return plan
+        return plan, []
     settings = config.capacity
     refused: list[Shortfall] = []
     notes: list[str] = []
@@ -110,6 +111,5 @@ def preflight(kube: Kube, plan: Plan, config: Config) -> Plan:
             notes.append(f"node capacity not checked: {e}")
         else:
             judge(settings.nodes, check_nodes(plan, nodes))
-    if refused:
-        raise ValidationError(sorted({s.diagnostic() for s in refused}))
-    return replace(plan, notes=(*plan.notes, *notes)) if notes else plan
+    errors = sorted({s.diagnostic() for s in refused})
+    return (replace(plan, notes=(*plan.notes, *notes)) if notes else plan), errors

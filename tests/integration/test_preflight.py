@@ -1,6 +1,6 @@
 """What gitray checks or keeps before it changes anything, against the real API server, KubeRay
 and the real node (``gitray plan``/``apply`` through the CLI): the prune opt-out, the capacity
-pre-flight."""
+pre-flight, the server-side dry-run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.gitops import GREETER, GitOpsRepo, Gitray, output, real_node_rayservice
 from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv
+from tests.testenv.helpers import TestEnv, real_raycluster_manifest, wait_for
 
 
 def configmap(ns: str, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -114,3 +114,108 @@ def test_an_upgrade_that_cannot_fit_on_the_node_is_refused_before_anything_is_cr
     assert "resources: blue-green: +300m cpu, +1Gi memory, +1 pods while both run" in r.stdout
     (new,) = _clusters(realnode, ns) - {active}
     assert new.startswith("serve-demo-")
+
+
+def _policy(ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (CEL) refusing RayClusters whose head image is not from
+    registry.example, bound to namespace ``ns`` alone (the environment is shared)."""
+    name = f"gitray-test-{ns}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["ray.io"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["rayclusters"]}]},
+            "validations": [{
+                "expression": "object.spec.headGroupSpec.template.spec.containers.all(c, "
+                              "c.image.startsWith('registry.example/'))",
+                "message": "images must come from registry.example"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {
+                     "matchLabels": {"kubernetes.io/metadata.name": ns}}}},
+    }
+    return policy, binding
+
+
+def test_a_manifest_the_api_server_would_refuse_is_a_plan_error_before_any_step(
+        testenv: TestEnv, namespace: str, tools: tuple[GitOpsRepo, Gitray]) -> None:
+    """Admission speaks during plan: a ValidatingAdmissionPolicy (CEL) and a ResourceQuota
+    (object count) refuse two manifests; the plan names both at their place in Git and
+    apply changes nothing, not even the ConfigMap admission would let through."""
+    from kubernetes import client, dynamic
+
+    ns = namespace
+    repo, gitray = tools
+    api = dynamic.DynamicClient(testenv.api_client)
+    policy, binding = _policy(ns)
+    vap = api.resources.get(api_version="admissionregistration.k8s.io/v1",
+                            kind="ValidatingAdmissionPolicy")
+    vapb = api.resources.get(api_version="admissionregistration.k8s.io/v1",
+                             kind="ValidatingAdmissionPolicyBinding")
+    vap.create(body=policy)
+    vapb.create(body=binding)
+    try:
+        testenv.core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="no-jobs"),
+            spec=client.V1ResourceQuotaSpec(hard={"count/rayjobs.ray.io": "0"})))
+        cluster = real_raycluster_manifest("cl", workers=0)
+        cluster["metadata"]["namespace"] = ns
+        job = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+               "metadata": {"name": "job", "namespace": ns},
+               "spec": {"entrypoint": "python -c 'print(1)'",
+                        "rayClusterSpec": real_raycluster_manifest("x", workers=0)["spec"]}}
+
+        def refused() -> bool | None:  # the policy and the quota take effect asynchronously
+            try:
+                testenv.custom.create_namespaced_custom_object(
+                    "ray.io", "v1", ns, "rayclusters", cluster, dry_run="All")
+            except client.ApiException:
+                pass
+            else:
+                return None
+            try:
+                testenv.custom.create_namespaced_custom_object(
+                    "ray.io", "v1", ns, "rayjobs", job, dry_run="All")
+            except client.ApiException:
+                return True
+            return None
+
+        wait_for(refused, 60, what="the admission policy and the quota to take effect")
+        repo.commit("v1", {"gitray.yaml": gitray_config(namespace=ns),
+                           "cm.yaml": dump(configmap(ns, "cm")),
+                           "cluster.yaml": "# a cluster\n" + dump(cluster),
+                           "job.yaml": dump(job)})
+        for command in ("plan", "apply"):
+            r = gitray.run(command, "--repo", str(repo.path),
+                           *(("--yes",) if command == "apply" else ()))
+            assert r.returncode == 1, output(r)
+            lines = r.stderr.splitlines()
+            assert lines[0] == (
+                f"cluster.yaml:3:1: the API server would refuse: RayCluster {ns}/cl: "
+                f"rayclusters.ray.io \"cl\" is forbidden: ValidatingAdmissionPolicy "
+                f"'gitray-test-{ns}' with binding 'gitray-test-{ns}' denied request: images "
+                "must come from registry.example"), output(r)
+            assert lines[1].startswith(
+                f"job.yaml:2:1: the API server would refuse: RayJob {ns}/job-"), output(r)
+            assert "exceeded quota: no-jobs" in lines[1], output(r)
+            assert lines[-1] == "gitray: 2 problems found; nothing was applied", output(r)
+            assert "Traceback" not in r.stderr
+        assert names(testenv, ns) == set()  # not even the ConfigMap: nothing ran
+        assert not testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters")["items"]
+
+        repo.commit("only what admission accepts", {"cluster.yaml": None, "job.yaml": None})
+        r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+        assert r.returncode == 0, output(r)
+        assert names(testenv, ns) == {"cm"}
+    finally:
+        vapb.delete(name=binding["metadata"]["name"])
+        vap.delete(name=policy["metadata"]["name"])
