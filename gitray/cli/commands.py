@@ -199,12 +199,37 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
             print(f"warning: run records not read ({e}): a RayJob run KubeRay deleted when "
                   "it finished shows as a new run", file=sys.stderr)
             records = []
-        plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
+        try:
+            plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
+        except ValidationError as e:  # refused against live (admission, capacity, None)
+            _live_problems(args, result, snapshot, e, report)
+            raise
         if report is None:  # after a refusal by the planner (its error comes first)
             _say_schemas(result)
     finally:
         kube.close()
     return result, snapshot, plan
+
+
+def _live_problems(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot,
+                   e: ValidationError, report: str | None) -> None:
+    """A revision refused against live: in the reviewer's format, and as the PR comment."""
+    if report:
+        from gitray.cli.reports import print_findings
+
+        print_findings(report, e.diagnostics, (), args.repo)
+        e.reported = True
+    if getattr(args, "comment", False) and args.pr is not None:
+        from gitray.cli.reports import git_prefix
+        from gitray.hosts.api import token_from
+        from gitray.hosts.comments import upsert_plan_comment
+        from gitray.plans.annotations import problems_markdown
+
+        outcome = upsert_plan_comment(
+            result.config.status, token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
+            args.pr, args.repo,
+            problems_markdown(e.diagnostics, snapshot.label, git_prefix(args.repo)))
+        print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
 
 
 def _report(args: argparse.Namespace) -> str | None:

@@ -208,6 +208,11 @@ def test_a_manifest_the_api_server_would_refuse_is_a_plan_error_before_any_step(
             assert "exceeded quota: no-jobs" in lines[1], output(r)
             assert lines[-1] == "gitray: 2 problems found; nothing was applied", output(r)
             assert "Traceback" not in r.stderr
+        # where reviewers look: a GitHub annotation on the line (and the PR comment, same path)
+        r = gitray.run("plan", "--repo", str(repo.path), "--format", "github")
+        assert r.returncode == 1, output(r)
+        assert ("::error file=cluster.yaml,line=3,col=1,title=gitray::the API server would "
+                "refuse: RayCluster") in r.stdout, output(r)
         assert names(testenv, ns) == set()  # not even the ConfigMap: nothing ran
         assert not testenv.custom.list_namespaced_custom_object(
             "ray.io", "v1", ns, "rayclusters")["items"]
