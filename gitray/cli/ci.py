@@ -134,6 +134,7 @@ def _comment(ctx: CiContext, args: argparse.Namespace) -> bool:
 
 
 def run(ctx: CiContext, args: argparse.Namespace) -> int:
+    from gitray.cli.console import say_retry
     from gitray.cli.reports import git_prefix
     from gitray.git.source import read_snapshot, resolve_revision
     from gitray.hosts.comments import upsert_plan_comment
@@ -159,7 +160,8 @@ def run(ctx: CiContext, args: argparse.Namespace) -> int:
             outcome = upsert_plan_comment(settings, os.environ.get("GITRAY_STATUS_TOKEN"),
                                           ctx.number, args.path,
                                           problems_markdown(loaded.diagnostics,
-                                                            snapshot.label, prefix))
+                                                            snapshot.label, prefix),
+                                          on_retry=say_retry)
             print(f"plan comment on #{ctx.number}: {outcome}", file=sys.stderr)
         _write_outputs(ctx, outputs_of(None, ""))
         return EXIT_ERROR

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
+from gitray.core.livestore import LiveStore
 from gitray.core.model import LiveState
 from gitray.core.snapshot import Snapshot
 from gitray.plans.load import LoadResult, load_snapshot
-from gitray.plans.materialize import materialize
-from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem, plan_to_json
-from gitray.plans.render import Format, render
+from gitray.plans.materialize import materialized_store, plan_against_store
+from gitray.plans.plan import Plan, plan_from_json, plan_schema_problem
+from gitray.plans.render import Format, render, write_plan
 
 if TYPE_CHECKING:
     from gitray.k8s.settings import KubeSettings
@@ -152,10 +153,12 @@ def _secret_file(path: str | None, what: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Basis:
-    live: LiveState | None  # None: the live cluster, read and planned batch by batch
+    live: LiveState | None  # None: the live cluster or ``base``, planned batch by batch
     against: str
     exact: bool
     announcement: str | None
+    base: LiveStore | None = None  # --against REV: what that revision would have created
+    base_error: ValidationError | None = None  # that revision is invalid (said after HEAD's)
 
 
 def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
@@ -173,9 +176,14 @@ def _basis(args: argparse.Namespace, overrides: dict[str, Any]) -> _Basis:
         return _Basis(LiveState(), "empty", True, None)
     if against == "live":
         return _Basis(None, "live", False, None)
-    base, base_snapshot = _load(args.repo, against, overrides, warn=False)
-    return _Basis(materialize(base.workloads, base.config),
-                  f"revision:{base_snapshot.revision}", True, None)
+    try:
+        base, base_snapshot = _load(args.repo, against, overrides, warn=False)
+    except ValidationError as e:
+        return _Basis(None, against, True, None, base_error=e)
+    # the base revision is dropped once materialized (compressed): both revisions' manifests
+    # are never held at once
+    return _Basis(None, f"revision:{base_snapshot.revision}", True, None,
+                  materialized_store(base.workloads, base.config))
 
 
 def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str | None
@@ -257,18 +265,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         # judged by the cluster's CRDs
         result, snapshot, plan = _live_plan(args, overrides, report)
     else:
+        basis = _basis(args, overrides)  # first: see materialized_store
         result, snapshot = _load(args.repo, args.revision, overrides, report=report)
-        basis = _basis(args, overrides)
+        if basis.base_error is not None:
+            print(f"gitray: {basis.against}, the revision to plan against, is invalid:",
+                  file=sys.stderr)
+            raise basis.base_error
         if basis.announcement:
             print(basis.announcement, file=sys.stderr)
-        assert basis.live is not None
-        plan = compute_plan(result.workloads, basis.live, result.config,
-                            revision=snapshot_revision(snapshot), against=basis.against,
-                            now=datetime.now(UTC), exact=basis.exact, label=snapshot.label)
+        revision, now = snapshot_revision(snapshot), datetime.now(UTC)
+        if basis.base is not None:
+            plan = plan_against_store(result.workloads, result.config, basis.base,
+                                      revision=revision, against=basis.against, now=now,
+                                      label=snapshot.label)
+        else:
+            assert basis.live is not None
+            plan = compute_plan(result.workloads, basis.live, result.config, revision=revision,
+                                against=basis.against, now=now, exact=basis.exact,
+                                label=snapshot.label)
     if args.out:
         try:
-            Path(args.out).write_text(json.dumps(plan_to_json(plan), indent=2, sort_keys=True)
-                                      + "\n")
+            with Path(args.out).open("w") as out:
+                write_plan(plan, Format.JSON, out)
         except OSError as e:
             raise UserError(f"cannot write the plan to {args.out}: {e.strerror}") from e
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
@@ -278,16 +296,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         print_plan(args.format, plan, args.repo)
     else:
-        sys.stdout.write(render(plan, Format(args.format), colour=colour))
+        write_plan(plan, Format(args.format), sys.stdout, colour=colour)
     if args.comment:
         if args.pr is None:
             raise UserError("--comment needs the pull request number: --pr N (or $GITRAY_PR)")
+        from gitray.cli.console import say_retry
         from gitray.hosts.api import token_from
         from gitray.hosts.comments import upsert_plan_comment
 
         outcome = upsert_plan_comment(result.config.status,
                                       token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-                                      args.pr, args.repo, render(plan, Format.MARKDOWN))
+                                      args.pr, args.repo, render(plan, Format.MARKDOWN),
+                                      on_retry=say_retry)
         print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
     if args.detailed_exitcode and plan.has_changes:
         return EXIT_CHANGES

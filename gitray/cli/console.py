@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from gitray.engine.executor import StepEvent
 
-__all__ = ["ConsoleReporter"]
+__all__ = ["ConsoleReporter", "say_retry"]
 
 
 class ConsoleReporter:
@@ -45,3 +45,8 @@ class ConsoleReporter:
             line = f"{where}: FAILED: {event.detail}"
         with self._lock:
             print(line, file=self.out, flush=True)
+
+
+def say_retry(reason: str, delay: float) -> None:
+    """An ``on_retry`` for Git host calls: one line on stderr (the reason is already redacted)."""
+    print(f"gitray: {reason}; trying again in {delay:.0f}s", file=sys.stderr)

@@ -9,19 +9,25 @@ permissions) or ``TransientError`` (5xx, timeouts), one line, tokens redacted.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from gitray.core.config import StatusProvider, StatusSettings
 from gitray.core.credentials import redact_secrets
-from gitray.core.errors import ConfigError
+from gitray.core.errors import ConfigError, TransientError
 from gitray.hosts.api import HostApi, api_base_url, repo_path
 
-__all__ = ["BODY_LIMITS", "marker_for", "upsert_plan_comment"]
+__all__ = ["BODY_LIMITS", "RETRY_DELAYS_S", "marker_for", "upsert_plan_comment"]
 
 # Longest comment body each host accepts (GitHub 65536 characters; GitLab notes 1,000,000).
 BODY_LIMITS = {StatusProvider.GITHUB: 65536, StatusProvider.GITEA: 65536,
                StatusProvider.GITLAB: 1_000_000}
+# Waits before the 2nd and 3rd attempt after a transient error (5xx, 429, timeout, network).
+# Each attempt looks the comment up again by its marker, so a POST that reached the host but
+# whose answer was lost is edited, not duplicated.
+RETRY_DELAYS_S = (2.0, 6.0)
 _TRUNCATED = "\n\n… (plan truncated: see `gitray plan` output for the rest)\n"
 
 
@@ -32,8 +38,26 @@ def marker_for(repo_path: str) -> str:
 
 
 def upsert_plan_comment(settings: StatusSettings, token: str | None, pr: int, repo_path: str,
-                        body_markdown: str) -> str:
-    """Create or update the plan comment on ``pr``: "created", "updated" or "unchanged"."""
+                        body_markdown: str,
+                        on_retry: Callable[[str, float], None] | None = None) -> str:
+    """Create or update the plan comment on ``pr``: "created", "updated" or "unchanged".
+
+    A transient error is retried after each of ``RETRY_DELAYS_S`` (``on_retry(reason, delay)``
+    is told first); the last one is raised. A refusal (``StatusRejected``) is not retried."""
+    for delay in (*RETRY_DELAYS_S, None):
+        try:
+            return _upsert_once(settings, token, pr, repo_path, body_markdown)
+        except TransientError as err:
+            if delay is None:
+                raise
+            if on_retry is not None:
+                on_retry(str(err), delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _upsert_once(settings: StatusSettings, token: str | None, pr: int, repo_path: str,
+                 body_markdown: str) -> str:
     kind = settings.provider
     if kind not in BODY_LIMITS:
         raise ConfigError(f"plan comments need status.provider github, gitea or gitlab, "

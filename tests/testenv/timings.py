@@ -85,8 +85,35 @@ def _rows(path: Path) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
 
 
+SLOWEST_SHOWN = 20  # modules listed one per line; the rest summed in one line
+
+
 def summary(where: Path, total: float) -> list[str]:
+    """Slowest modules first, then the phases (and build components), the total and the
+    ``pytest:`` line: the end of a CI log (often all that is shown) carries the figures."""
     out = ["", "==> timing summary (seconds)"]
+    counts: dict[str, int] = defaultdict(int)
+    runs = sorted(where.glob("pytest-*.json"))
+    modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for run in runs:  # a module can have tests in two runs (e.g. its own_node test apart)
+        for module, row in json.loads(run.read_text())["modules"].items():
+            for key, value in row.items():
+                modules[module][key] += value
+    if runs:
+        ordered = sorted(modules.items(), key=lambda kv: -kv[1].get("seconds", 0))
+        out.append(f"pytest per module ({len(modules)} modules, slowest first; seconds in the "
+                   "module's tests, lanes overlap)")
+        for module, row in ordered[:SLOWEST_SHOWN]:
+            tests = int(sum(v for k, v in row.items() if k != "seconds"))
+            out.append(f"  {module:<58} {row.get('seconds', 0):>6.0f}  ({tests} tests)")
+        rest = ordered[SLOWEST_SHOWN:]
+        if rest:
+            seconds = sum(row.get("seconds", 0) for _, row in rest)
+            tests = int(sum(v for _, row in rest for k, v in row.items() if k != "seconds"))
+            out.append(f"  {f'{len(rest)} other modules':<58} {seconds:>6.0f}  ({tests} tests)")
+        for _, row in ordered:
+            for outcome in ("passed", "failed", "skipped"):
+                counts[outcome] += int(row.get(outcome, 0))
     for name, seconds, code in _rows(where / "phases.tsv"):
         status = "" if code == "0" else f"  (exit {code})"
         if code == "5" and name.startswith("pytest"):
@@ -96,21 +123,6 @@ def summary(where: Path, total: float) -> list[str]:
             for component, took in _rows(where / "build.tsv"):
                 shown = "cached" if took == "cached" else f"{float(took):.0f}"
                 out.append(f"  {component:<42} {shown:>8}")
-    counts: dict[str, int] = defaultdict(int)
-    runs = sorted(where.glob("pytest-*.json"))
-    modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for run in runs:  # a module can have tests in two runs (e.g. its own_node test apart)
-        for module, row in json.loads(run.read_text())["modules"].items():
-            for key, value in row.items():
-                modules[module][key] += value
-    if runs:
-        out.append(f"pytest per module ({len(modules)} modules, slowest first; seconds in the "
-                   "module's tests, lanes overlap)")
-        for module, row in sorted(modules.items(), key=lambda kv: -kv[1].get("seconds", 0)):
-            tests = int(sum(v for k, v in row.items() if k != "seconds"))
-            out.append(f"  {module:<58} {row.get('seconds', 0):>6.0f}  ({tests} tests)")
-            for outcome in ("passed", "failed", "skipped"):
-                counts[outcome] += int(row.get(outcome, 0))
     out.append(f"{'total':<44} {total:>8.0f}  ({total / 60:.1f} min)")
     if runs:
         line = f"pytest: {counts['passed']} passed, {counts['failed']} failed"

@@ -12,7 +12,8 @@ from gitray.core.config import Config
 from gitray.core.errors import ValidationError
 from gitray.core.livestore import LiveStore, batch_namespace
 from gitray.core.model import ANN_WORKLOAD_KEY, LiveObject, LiveState, Workload
-from gitray.plans.plan import Plan, plan_to_json
+from gitray.plans.materialize import materialize, materialized_store, plan_against_store
+from gitray.plans.plan import Action, Plan, plan_to_json
 from gitray.plans.planner import Planner, compute_plan
 from tests.unit.builders import (
     CONFIG,
@@ -26,6 +27,7 @@ from tests.unit.builders import (
     replace_object,
     with_objects,
 )
+from tests.unit.test_plan_inputs import mounting
 
 
 def _fleet() -> tuple[tuple[Workload, ...], LiveState]:
@@ -165,3 +167,40 @@ def test_an_object_is_batched_with_the_workload_that_owns_it() -> None:
     assert store.batches() == ["beta"]
     assert store.take("beta").objects == (foreign,)
     assert store.take("beta").objects == ()  # taken once
+
+
+def _against_revision_both_ways(desired: Sequence[Workload], base: Sequence[Workload],
+                                config: Config = CONFIG) -> tuple[Plan, Plan]:
+    whole = compute_plan(desired, materialize(base, config), config, revision="r",
+                         against="revision:b", now=NOW, exact=True)
+    store = materialized_store(base, config)
+    batched = plan_against_store(desired, config, store, revision="r", against="revision:b",
+                                 now=NOW)
+    assert store.batches() == []  # every batch was taken
+    return whole, batched
+
+
+
+def test_a_plan_against_a_revision_made_namespace_by_namespace_is_the_plan_made_at_once() -> None:
+    desired, _ = _fleet()
+    # the base revision: "fresh" not there yet, "moved" older, two workloads (one in a
+    # namespace the new revision no longer has) since removed
+    base = [rayservice("moved", w.key.namespace, image="ray:older")
+            if w.key.name == "moved" else w for w in desired if w.key.name != "fresh"]
+    base += [raycluster("gone", "beta"), rayjob("j", "delta")]
+    whole, batched = _against_revision_both_ways(desired, base)
+    assert plan_to_json(batched) == plan_to_json(whole)
+    actions = {str(w.key): w.action.value for w in batched.workloads}
+    assert sum(a != Action.NOOP.value for a in actions.values()) >= 8, actions
+    assert any(k.endswith("/gone") for k in actions) and any("delta" in k for k in actions)
+
+
+def test_a_plan_against_a_revision_keeps_a_namespace_s_inputs_together() -> None:
+    # the ConfigMap a RayJob mounts is materialized with it: its change is the job's change
+    job = mounting(rayjob("job", "ns"))
+    whole, batched = _against_revision_both_ways(
+        [job, configmap("code", "ns", data={"v": "2"}), raycluster("other", "ns2")],
+        [job, configmap("code", "ns", data={"v": "1"}), raycluster("other", "ns2")])
+    assert plan_to_json(batched) == plan_to_json(whole)
+    changed = {w.key.name for w in batched.workloads if w.action is not Action.NOOP}
+    assert changed == {"job", "code"}, changed

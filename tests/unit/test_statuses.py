@@ -18,6 +18,7 @@ from gitray.core.credentials import redact_secrets as redact
 from gitray.core.errors import ConfigError, StatusRejected, TransientError
 from gitray.core.model import ObjectKey
 from gitray.hosts import api as host_api
+from gitray.hosts import comments as host_comments
 from gitray.hosts.api import auth_headers, token_from
 from gitray.hosts.comments import marker_for, upsert_plan_comment
 from gitray.hosts.gitlab import gitlab_state
@@ -345,11 +346,12 @@ def test_the_token_never_appears_in_logs_errors_statuses_or_comments(
             upsert_plan_comment(settings, token, pr, "apps", "plan")
         seen.append(str(info.value))
         assert "\n" not in str(info.value)
-    host.fail("GET", "/comments|/notes", times=1, status=500)
+    monkeypatch.setattr(host_comments, "RETRY_DELAYS_S", (0.01, 0.01))
+    host.fail("GET", "/comments|/notes", times=3, status=500)
     with pytest.raises(TransientError) as transient:
         upsert_plan_comment(settings, TOKEN, 3, "apps", "plan")
     seen.append(str(transient.value))
-    host.hang("GET", "/comments|/notes", times=1, seconds=1.0)
+    host.hang("GET", "/comments|/notes", times=3, seconds=1.0)
     with pytest.raises(TransientError) as timeout:
         upsert_plan_comment(settings, TOKEN, 3, "apps", "plan")
     seen.append(str(timeout.value))
@@ -388,3 +390,39 @@ def test_a_stale_lock_on_the_remote_notes_is_reported_not_merged_around(tmp_path
         provider.post(status)
     lock.unlink()
     assert provider.post(CommitStatus(sha, "gitray", State.FAILURE, "later")) is True
+
+
+@pytest.mark.parametrize("flavor", ["github", "gitea", "gitlab"])
+def test_a_plan_comment_survives_transient_errors_and_a_lost_answer_without_a_duplicate(
+        host: GitHost, flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.3))
+    monkeypatch.setattr(host_comments, "RETRY_DELAYS_S", (0.01, 0.01))
+    url = host.url + ("/api/v4" if flavor == "gitlab" else "")
+    settings = StatusSettings(StatusProvider(flavor), url=url, repository="o/r")
+    retries: list[tuple[str, float]] = []
+
+    def retry(reason: str, delay: float) -> None:
+        retries.append((reason, delay))
+
+    # a 500 then a timed-out listing: the third attempt creates the comment
+    host.fail("GET", "/comments|/notes", times=1, status=500)
+    host.hang("GET", "/comments|/notes", times=1, seconds=1.0)
+    assert upsert_plan_comment(settings, TOKEN, 3, "apps", "plan v1", on_retry=retry) == "created"
+    assert [("HTTP 500" in r, "timed out" in r) for r, _ in retries] == [(True, False),
+                                                                       (False, True)]
+    # the host stored the write but its answer was lost: the retry finds it, no duplicate
+    # (the retry waits longer than the host's hang, so the write is stored by then)
+    monkeypatch.setattr(host_comments, "RETRY_DELAYS_S", (1.5, 1.5))
+    host.hang("PUT" if flavor == "gitlab" else "PATCH", "/comments|/notes", times=1, seconds=1.0)
+    host.hang("POST", "/comments|/notes", times=1, seconds=1.0)
+    for path, body in (("apps", "plan v2"), ("etl", "plan E")):
+        retries.clear()
+        assert upsert_plan_comment(settings, TOKEN, 3, path, body, on_retry=retry) == "unchanged"
+        assert len(retries) == 1
+        mine = [c for c in host.comments(flavor, 3) if c["body"].startswith(marker_for(path))]
+        assert len(mine) == 1 and body in mine[0]["body"]
+    # a refusal is not retried
+    retries.clear()
+    with pytest.raises(StatusRejected):
+        upsert_plan_comment(settings, TOKEN + "-wrong", 3, "apps", "plan", on_retry=retry)
+    assert retries == []

@@ -68,3 +68,19 @@ def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
     slowest = [line for line in lines if line.startswith("  tests/")]
     assert slowest[0].split()[0] == "tests/integration/test_a.py"
     assert lines[-1] == "pytest: 1 passed, 2 failed, 1 skipped"
+
+
+def test_the_slowest_modules_are_listed_and_the_rest_summed_before_the_phases(
+        tmp_path: Path) -> None:
+    modules = {f"tests/unit/test_m{i:02d}.py": {"seconds": float(i), "passed": 2}
+               for i in range(timings.SLOWEST_SHOWN + 5)}
+    (tmp_path / "pytest-1.json").write_text(json.dumps({"modules": modules}))
+    (tmp_path / "phases.tsv").write_text("ruff\t3\t0\npytest\t400\t0\n")
+    lines = timings.summary(tmp_path, 410)
+    listed = [line.split()[0] for line in lines if line.startswith("  tests/")]
+    assert len(listed) == timings.SLOWEST_SHOWN
+    assert listed[0] == f"tests/unit/test_m{timings.SLOWEST_SHOWN + 4:02d}.py"
+    rest = next(line for line in lines if "5 other modules" in line)
+    assert rest.split()[-3:] == ["10", "(10", "tests)"]  # 0+1+2+3+4 s, 5 modules of 2 tests
+    assert lines.index(rest) < next(i for i, line in enumerate(lines) if line.startswith("ruff"))
+    assert lines[-1] == f"pytest: {2 * len(modules)} passed, 0 failed"
