@@ -224,3 +224,38 @@ def test_a_manifest_the_api_server_would_refuse_is_a_plan_error_before_any_step(
     finally:
         vapb.delete(name=binding["metadata"]["name"])
         vap.delete(name=policy["metadata"]["name"])
+
+
+def test_a_cluster_over_the_namespace_quota_is_refused_and_one_within_it_is_planned(
+        testenv: TestEnv, namespace: str, tools: tuple[GitOpsRepo, Gitray]) -> None:
+    """ResourceQuota headroom (status.hard - status.used, as the quota controller counts it):
+    capacity.quota refuses by default, before anything is created."""
+    from kubernetes import client
+
+    ns = namespace
+    repo, gitray = tools
+    testenv.core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="compute"),
+        spec=client.V1ResourceQuotaSpec(hard={"requests.cpu": "500m", "pods": "5"})))
+    wait_for(lambda: (testenv.core.read_namespaced_resource_quota("compute", ns).status
+                      or client.V1ResourceQuotaStatus()).hard or None, 60,
+             what="the quota controller to count the quota")
+    cluster = real_raycluster_manifest("cl", workers=4)  # 5 pods x 100m: exactly 500m
+    cluster["metadata"]["namespace"] = ns
+    repo.commit("v1", {"gitray.yaml": gitray_config(namespace=ns),
+                       "cluster.yaml": dump(cluster)})
+    r = gitray.run("plan", "--repo", str(repo.path))
+    assert r.returncode == 0, output(r)
+    assert "resources: create: +500m cpu, +3Gi memory, +5 pods;" in r.stdout, output(r)
+
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = 5
+    cluster["spec"]["workerGroupSpecs"][0]["maxReplicas"] = 5
+    repo.commit("one worker more", {"cluster.yaml": dump(cluster)})
+    r = gitray.run("apply", "--repo", str(repo.path), "--yes")
+    assert r.returncode == 1, output(r)
+    assert r.stderr.splitlines()[0] == (
+        f"cluster.yaml:2:1: RayCluster {ns}/cl does not fit: create needs +600m cpu, "
+        "+3584Mi memory, +6 pods; ResourceQuota compute has 500m cpu, 5 pods left (short of "
+        "100m cpu, 1 pods): lower the requests or free capacity"), output(r)
+    assert not testenv.custom.list_namespaced_custom_object(
+        "ray.io", "v1", ns, "rayclusters")["items"]
