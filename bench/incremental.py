@@ -42,14 +42,13 @@ from bench.kuberay_drivers import (
     KubeRay,
     delete_namespace,
     head_ip,
-    new_namespace,
     rayclusters,
 )
 from bench.vs_kuberay import uptime
 from tests.integration.gitops import incremental_rayservice
 from tests.testenv import control
 from tests.testenv.gatewayenv import GATEWAY_CLASS
-from tests.testenv.helpers import TestEnv, get_text, http_json, wait_for
+from tests.testenv.helpers import TestEnv, get_text, http_json, make_namespace, wait_for
 from tests.testenv.load import LoadGenerator
 from tests.testenv.routes import RouteObserver, describe, periods
 
@@ -133,7 +132,7 @@ def _live(env: TestEnv, ns: str) -> list[str]:
 
 def run_one(env: TestEnv, gateway: dict[str, str], controller: str,
             version: str) -> dict[str, Any]:
-    ns = new_namespace(env, f"inc-{'kr' if controller == 'KubeRay' else 'gr'}")
+    ns = make_namespace(env, f"inc-{'kr' if controller == 'KubeRay' else 'gr'}")
     ctl: Controller = KubeRayIncremental(env, ns) if controller == "KubeRay" else \
         Gitray(env, ns, OUT / "incremental" / ns, ready_timeout="5m")
     url = f"{gateway['web']}/hello"

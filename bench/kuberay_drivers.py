@@ -21,7 +21,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +39,6 @@ __all__ = [
     "bench_env",
     "delete_namespace",
     "head_ip",
-    "new_namespace",
     "rayclusters",
     "rayservice_converged",
     "serve_apps",
@@ -80,14 +78,6 @@ def bench_env(env: TestEnv) -> Env:
     """bench.common's view of a tests.testenv environment (for start_sync)."""
     return Env(env.state.dir, env.kubeconfig, Path(env.state.cache) / "bin", env.state.apiserver,
                started_here=False)
-
-
-def new_namespace(env: TestEnv, prefix: str) -> str:
-    from kubernetes import client
-
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    return name
 
 
 def delete_namespace(env: TestEnv, ns: str, timeout: float = 180) -> None:

@@ -38,12 +38,11 @@ from bench.kuberay_drivers import (
     ROLLOUT_TIMEOUT_S,
     bench_env,
     delete_namespace,
-    new_namespace,
     rayclusters,
     rayservice_converged,
 )
 from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import TestEnv, make_namespace, wait_for
 
 __all__ = ["FLEET_N", "run_fleet"]
 
@@ -167,7 +166,7 @@ def _follow(env: TestEnv, ctl: _KubeRayFleet | _GitrayFleet, ns: str, old: dict[
 
 def run_fleet(env: TestEnv, controller: str, docs_for: Any, n: int = FLEET_N) -> dict[str, Any]:
     """One controller's run. ``docs_for(ns, name, image_b)`` is the benchmark's manifest."""
-    ns = new_namespace(env, f"vs-{'kr' if controller == 'KubeRay' else 'gr'}")
+    ns = make_namespace(env, f"vs-{'kr' if controller == 'KubeRay' else 'gr'}")
     names = _names(n)
     ctl: _KubeRayFleet | _GitrayFleet = _KubeRayFleet(env, ns) if controller == "KubeRay" \
         else _GitrayFleet(env, ns, OUT / "vs_kuberay" / ns)

@@ -33,13 +33,12 @@ from bench.kuberay_drivers import (
     KubeRay,
     Observer,
     delete_namespace,
-    new_namespace,
     serve_apps,
     serve_url,
 )
 from bench.kuberay_fleet import HEAD_CPU, run_fleet
 from tests.integration.gitops import NEW_IMAGE, real_node_rayservice
-from tests.testenv.helpers import RAY_IMAGE, TestEnv
+from tests.testenv.helpers import RAY_IMAGE, TestEnv, make_namespace
 from tests.testenv.load import LoadGenerator, LoadResult
 
 __all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "manifest", "run", "tables"]
@@ -318,7 +317,7 @@ def run_one(env: TestEnv, scenario: str, controller: str, *, hold_cap: float,
     fn, workers = RUNNERS[scenario]
     if scenario == "kill" and controller == "KubeRay" and not own_env:
         return {"not_run": KILL_KUBERAY}
-    ns = new_namespace(env, f"vs-{'kr' if controller == 'KubeRay' else 'gr'}")
+    ns = make_namespace(env, f"vs-{'kr' if controller == 'KubeRay' else 'gr'}")
     work = OUT / "vs_kuberay" / ns
     ctl: Controller = KubeRay(env, ns, operator_ours=own_env) if controller == "KubeRay" else \
         Gitray(env, ns, work, ready_timeout="3m")

@@ -1,8 +1,8 @@
 """The ``gitray`` command line: parse arguments, run the command, render errors. No logic here.
 
-Exit codes (a public contract): 0 success / no changes, 1 error, 2 changes present (only with
-``--detailed-exitcode``). User errors print one line each, never a traceback: exceptions are
-rendered here, at the top, and nowhere else.
+Exit codes (a public contract, ``gitray.cli.contract``): 0 success / no changes, 1 error, 2
+changes present (only with ``--detailed-exitcode``). User errors print one line each, never a
+traceback: exceptions are rendered here, at the top, and nowhere else.
 
 Importing this module loads the parser only; ``gitray.cli.commands`` (imported when a command
 runs) loads what that command needs.
@@ -17,15 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gitray import __version__
+from gitray.cli.contract import EXIT_ERROR, FORMATS, REPORT_FORMATS
 from gitray.core.config import DashboardMode
 from gitray.core.errors import GitrayError, ValidationError
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "REPORT_FORMATS", "main"]
-
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
-FORMATS = ("text", "markdown", "json")  # gitray.plans.render.Format (checked by a unit test)
-# where reviewers look: gitray.plans.annotations.ReportFormat (checked by a unit test)
-REPORT_FORMATS = ("github", "codeclimate", "sarif")
+__all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:

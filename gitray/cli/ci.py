@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitray.cli.app import EXIT_ERROR, EXIT_OK, main
+from gitray.cli.app import main
+from gitray.cli.contract import EXIT_ERROR, EXIT_OK
 from gitray.core.config import StatusProvider, StatusSettings
 from gitray.core.errors import GitrayError, SourceError
 from gitray.plans.annotations import (
@@ -139,10 +140,11 @@ def run(ctx: CiContext, args: argparse.Namespace) -> int:
     from gitray.git.source import read_snapshot, resolve_revision
     from gitray.hosts.comments import upsert_plan_comment
     from gitray.plans.load import load_snapshot
+    from gitray.render.kustomize import run as run_kustomize
 
     prefix = git_prefix(args.path)
     snapshot = read_snapshot(args.path, args.revision)
-    loaded = load_snapshot(snapshot, {})
+    loaded = load_snapshot(snapshot, {}, kustomize=run_kustomize)
     findings = findings_of(loaded.diagnostics, loaded.warnings)
     if ctx.host is StatusProvider.GITHUB:
         sys.stdout.write(github_commands(findings, prefix))

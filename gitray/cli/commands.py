@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitray.cli.app import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
+from gitray.cli.contract import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
+from gitray.cli.reports import refusals_reported
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
@@ -70,7 +71,9 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
           warn: bool = True, report: str | None = None,
           staged: bool = False) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision, staged)
-    result = load_snapshot(snapshot, overrides)
+    from gitray.render.kustomize import run as run_kustomize
+
+    result = load_snapshot(snapshot, overrides, kustomize=run_kustomize)
     _check(result, warn, report, repo)
     return result, snapshot
 
@@ -130,7 +133,7 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     """``--lease-namespace``, else the namespace kubectl would use (in a pod, its own)."""
     if args.lease_namespace:
         return str(args.lease_namespace)
-    from gitray.k8s.client import default_namespace
+    from gitray.k8s.connection import default_namespace
 
     return default_namespace(_kube_settings(args))
 
@@ -199,7 +202,9 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
     try:
         kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
                                                  .kuberay_version))
-        result = load_snapshot(snapshot, overrides, kuberay=kuberay)
+        from gitray.render.kustomize import run as run_kustomize
+
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay, kustomize=run_kustomize)
         _check(result, report=report, repo=args.repo, note=False)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)
@@ -207,37 +212,13 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
             print(f"warning: run records not read ({e}): a RayJob run KubeRay deleted when "
                   "it finished shows as a new run", file=sys.stderr)
             records = []
-        try:
+        with refusals_reported(args, result, snapshot, report):  # admission, capacity, None
             plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
-        except ValidationError as e:  # refused against live (admission, capacity, None)
-            _live_problems(args, result, snapshot, e, report)
-            raise
         if report is None:  # after a refusal by the planner (its error comes first)
             _say_schemas(result)
     finally:
         kube.close()
     return result, snapshot, plan
-
-
-def _live_problems(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot,
-                   e: ValidationError, report: str | None) -> None:
-    """A revision refused against live: in the reviewer's format, and as the PR comment."""
-    if report:
-        from gitray.cli.reports import print_findings
-
-        print_findings(report, e.diagnostics, (), args.repo)
-        e.reported = True
-    if getattr(args, "comment", False) and args.pr is not None:
-        from gitray.cli.reports import git_prefix
-        from gitray.hosts.api import token_from
-        from gitray.hosts.comments import upsert_plan_comment
-        from gitray.plans.annotations import problems_markdown
-
-        outcome = upsert_plan_comment(
-            result.config.status, token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-            args.pr, args.repo,
-            problems_markdown(e.diagnostics, snapshot.label, git_prefix(args.repo)))
-        print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
 
 
 def _report(args: argparse.Namespace) -> str | None:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
-from gitray.engine.fence import ReadOnly
 from gitray.engine.health import health_by_workload
-from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.plans.rayservice import read_rayservice_live
 from gitray.ray.dashboard import Resolver
@@ -41,8 +41,8 @@ def _step(record: Record) -> str:
 
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
-    records = {r.key: r for r in ProgressStore(kube, lease_namespace, desired.config.instance,
-                                               ReadOnly()).list()}
+    records = {r.key: r for r in RecordReader(kube, lease_namespace,
+                                              desired.config.instance).list()}
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
     health = health_by_workload(kube, resolver, keys, live)

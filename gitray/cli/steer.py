@@ -16,7 +16,8 @@ import socket
 from gitray.core.errors import ConflictError, UserError
 from gitray.core.model import LABEL_INSTANCE, Kind, ObjectKey
 from gitray.core.timefmt import utc_timestamp
-from gitray.engine.progress import ProgressStore, record_name
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import record_name
 from gitray.engine.signals import SignalStore
 from gitray.engine.upgradecontrol import Signal, SignalAction, request
 from gitray.k8s.client import Kube
@@ -49,7 +50,7 @@ def send_signal(kube: Kube, lease_namespace: str, key: ObjectKey, action: str) -
             raise UserError(f"gitray has no run record of {key} in namespace "
                             f"{lease_namespace}: it never applied that RayService there "
                             "(check the name and --lease-namespace)")
-        record = ProgressStore(kube, lease_namespace, "", _Reader()).load(key)
+        record = RecordReader(kube, lease_namespace).load(key)
         if record is None:
             continue  # deleted meanwhile: look again (and say so)
         instance = str(((cm.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE)
@@ -65,12 +66,3 @@ def send_signal(kube: Kube, lease_namespace: str, key: ObjectKey, action: str) -
             continue  # written meanwhile (a consumed or another signal): read and decide again
         return decided.message
     raise UserError(f"the signal of {key} kept changing while it was written; try again")
-
-
-class _Reader:
-    """Reading a record needs no Lease (nothing is written through the store here)."""
-
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise UserError("gitray promote/abort never writes run records")

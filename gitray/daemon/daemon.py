@@ -7,13 +7,14 @@ Lease; only the holder fetches and executes. apscheduler runs three jobs:
   a sync pass;
 - deletions (every ``deletion_interval``): deletes old RayService clusters whose persisted
   deadline passed;
-- leadership is kept by the Lease's own threads (acquire attempts every retry period).
+- leadership is kept by the Lease's own threads (acquire attempts every retry period;
+  ``gitray.daemon.leadership``).
 
 A standby also watches the Lease: a release (or a holder's renewals, which date its lapse)
 is heard at once, and an attempt follows right away instead of on the next retry tick; the
-periodic attempts remain the fallback when the watch is down. And it keeps warm: about every
-``STANDBY_PREPARE_S`` it fetches the branch and validates its head into the memo (reading Git
-only, never the cluster), so that taking over costs a plan, not a cold load.
+periodic attempts remain the fallback when the watch is down. And it keeps warm
+(``gitray.daemon.standby``): it fetches the branch and validates its head now and then, so that
+taking over costs a plan, not a cold load.
 
 A sync pass never prunes on an unreadable or invalid revision (nothing is applied at all), and
 a workload whose run failed at a revision is not retried at that revision (a later commit
@@ -26,7 +27,6 @@ step for the next leader, and releases the Lease.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -34,10 +34,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitray.core.credentials import redact_url
@@ -51,10 +50,12 @@ from gitray.core.errors import (
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.http import HttpEndpoints, Probes
+from gitray.daemon.leadership import Leadership
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.newer import NewerCommit, Source
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
+from gitray.daemon.standby import Revisions, Standby
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import (
     Desired,
@@ -66,20 +67,17 @@ from gitray.engine.apply import (
 )
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
-from gitray.engine.progress import RunState
+from gitray.engine.record import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
-from gitray.git.source import default_cache_dir, fetch_branch, read_snapshot
+from gitray.git.source import default_cache_dir, fetch_branch
 from gitray.k8s.client import Kube
-from gitray.k8s.election import LeaseRecord
 from gitray.k8s.events import EventRecorder
-from gitray.k8s.lease import LAPSE_MARGIN_S
 from gitray.plans.filters import (
     hold_back,
     only_deletions,
     skip_failed,
 )
-from gitray.plans.load import LoadMemo
 from gitray.plans.plan import Plan
 
 __all__ = ["Daemon", "PostStatus"]
@@ -87,7 +85,6 @@ __all__ = ["Daemon", "PostStatus"]
 log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
 STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
-STANDBY_PREPARE_S = 30.0  # a standby fetches and validates the branch head this often
 
 # (sha, workload or None for the overall context, state, description) -> None
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
@@ -102,19 +99,18 @@ class Daemon:
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
         self.lease = self.wiring.lease
-        self.lease_watch = self.wiring.lease_watch(self._lease_changed)
         self.events = EventRecorder(self.kube, settings.execution.identity)
         self.state = StateBox()  # shared by the jobs, the webhook and the probes
-        # passes re-read the same commit (drift, deletions, retries) and new commits change a
-        # few files: keep the last commit's files and each file's validated result
-        self._snapshot: Snapshot | None = None
-        self._memo = LoadMemo()
+        self.revisions = Revisions()  # the last commit's files, each file's validated result
         self._lock = threading.Lock()  # one sync pass at a time
-        self._lease_lock = threading.Lock()  # one election attempt at a time
-        self._prepared_at: float | None = None  # when a standby last fetched and validated
+        self.standby = Standby(settings, self.kube, self.revisions, self._lock)
         self._stopping = threading.Event()
         self._poked = threading.Event()  # a webhook came in: a pass waiting looks at Git now
         self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.leadership = Leadership(self.lease, self.scheduler,
+                                     settings.execution.retry_period_s, self.metrics,
+                                     self._stopping, self.trigger_poll, self._api_problem)
+        self.lease_watch = self.wiring.lease_watch(self.leadership.changed)
         self.http = HttpEndpoints(
             (settings.http_host, settings.http_port),
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
@@ -131,7 +127,7 @@ class Daemon:
         self.scheduler.add_job(self._deletion_job, "interval",
                                seconds=self.settings.deletion_interval_s, id="deletions",
                                max_instances=1, coalesce=True)
-        self.scheduler.add_job(self._lease_job, "interval",
+        self.scheduler.add_job(self.leadership.attempt, "interval",
                                seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
@@ -201,57 +197,11 @@ class Daemon:
 
     # ---- jobs ---------------------------------------------------------------------------
 
-    def _lease_job(self) -> None:
-        with self._lease_lock:  # the scheduler's ticks and the Lease watch's events
-            self._try_lease()
-
-    def _try_lease(self) -> None:
-        if self._stopping.is_set() or self.lease.is_leader:
-            self.metrics.leader.set(1 if self.lease.is_leader else 0)
-            return
-        try:
-            if self.lease.try_acquire_or_renew():
-                log.info("became leader (epoch %s)", self.lease.epoch)
-                self.lease.start_renewing(on_lost=self._lost)
-                self.metrics.leader.set(1)
-                self.trigger_poll()
-                return
-        except GitrayError as e:
-            self._api_problem(e)
-            return
-        self._attempt_at_lapse()
-
-    def _attempt_at_lapse(self) -> None:
-        """When the holder seen lapses before the next regular attempt, try right then (the
-        take-over is bounded by lease duration + one retry period, not two)."""
-        lapse = self.lease.lapses_in()
-        if lapse is not None and lapse + LAPSE_MARGIN_S < self.settings.execution.retry_period_s:
-            with contextlib.suppress(SchedulerNotRunningError):
-                self.scheduler.add_job(
-                    self._lease_job, "date", id="lease-at-lapse", replace_existing=True,
-                    run_date=datetime.now(UTC) + timedelta(seconds=lapse + LAPSE_MARGIN_S))
-
-    def _lease_changed(self, record: LeaseRecord | None) -> None:
-        """A watch event on the Lease (its thread): note it; a standby that sees the Lease free
-        tries at once, instead of on its next retry tick."""
-        self.lease.observe(record)
-        if self._stopping.is_set() or self.lease.is_leader:
-            return
-        if record is None or not record.holder:
-            log.info("the Lease is free: trying to take it now")
-            self._lease_job()
-        else:
-            self._attempt_at_lapse()
-
-    def _lost(self, reason: str) -> None:
-        log.warning("lost the Lease: %s", reason)
-        self.metrics.leader.set(0)
-
     def _poll_job(self) -> None:
         if self._stopping.is_set():
             return
         if not self.lease.is_leader:
-            self._prepare()
+            self.standby.prepare()
             if not self.lease.is_leader:  # (it may have become leader meanwhile: poll now)
                 return
         self.statuses.flush()
@@ -290,27 +240,6 @@ class Daemon:
             self.sync(fetched.cache, fetched.sha, "retry")
         elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
-
-    def _prepare(self) -> None:
-        """A standby: fetch the branch and validate its head into the memo, quietly (the
-        leader reports problems), so that a take-over starts warm."""
-        now = time.monotonic()
-        if self._prepared_at is not None and now - self._prepared_at < STANDBY_PREPARE_S:
-            return
-        self._prepared_at = now
-        if not self._lock.acquire(blocking=False):
-            return  # a pass runs (this process just became leader)
-        try:
-            fetched = fetch_branch(self.settings.repo, self.settings.branch,
-                                   cache_dir=self.settings.cache_dir)
-            if self._snapshot is None or self._snapshot.revision != fetched.sha:
-                self._snapshot = read_snapshot(str(fetched.cache), fetched.sha,
-                                               previous=self._snapshot)
-            desired_from(self._snapshot, self.settings.overrides, self._memo, self.kube)
-        except GitrayError as e:
-            log.debug("standby: could not prepare %s: %s", redact_url(self.settings.repo), e)
-        finally:
-            self._lock.release()
 
     def _deletion_job(self) -> None:
         state = self.state.current
@@ -367,10 +296,7 @@ class Daemon:
     def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
             self.state.update(attempted=sha)
-        if self._snapshot is None or self._snapshot.revision != sha:
-            # blobs the previous revision held are not read again
-            self._snapshot = read_snapshot(str(cache), sha, previous=self._snapshot)
-        snapshot = self._snapshot
+        snapshot = self.revisions.read(cache, sha)
         if self.settings.allowed_signers is not None:
             try:
                 signer = verify_commit(cache, sha, self.settings.allowed_signers)
@@ -385,7 +311,8 @@ class Daemon:
         self.statuses.configure(snapshot, cache)
         try:
             # judged by the CRDs the cluster serves (converted again only when they change)
-            desired = desired_from(snapshot, self.settings.overrides, self._memo, self.kube)
+            desired = desired_from(snapshot, self.settings.overrides, self.revisions.memo,
+                                   self.kube)
             if trigger == "commit":  # once per revision, not on every drift or deletion pass
                 for warning in desired.result.warnings:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
@@ -448,7 +375,7 @@ class Daemon:
         s = self.settings
         self._poked.clear()
         return NewerCommit(Source(s.repo, s.branch, s.cache_dir, s.overrides, s.allowed_signers),
-                           sha, snapshot, self._memo, s.interval_s, self._poked)
+                           sha, snapshot, self.revisions.memo, s.interval_s, self._poked)
 
     def _report(self, sha: str, outcomes: list[WorkloadOutcome], desired: Desired,
                 plan: Plan) -> None:

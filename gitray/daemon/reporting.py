@@ -21,6 +21,7 @@ from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publishe
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
 from gitray.k8s.events import EventRecorder, EventTarget
 from gitray.plans.plan import Step, StepType
+from gitray.plans.steptypes import FROM_PARAMS, STEP_KINDS
 
 __all__ = ["StatusBridge", "event_target", "step_reporter"]
 
@@ -80,26 +81,11 @@ class StatusBridge:
         self._seen = now
 
 
-_TARGET_KIND = {
-    StepType.CREATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.UPDATE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.DEPLOY_SERVE: ("ray.io/v1", "RayCluster"),
-    StepType.SCHEDULE_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_CLUSTER_DELETION: ("ray.io/v1", "RayCluster"),
-    StepType.DELETE_CLUSTER: ("ray.io/v1", "RayCluster"),
-    StepType.CANCEL_UPGRADE: ("ray.io/v1", "RayCluster"),
-    StepType.CREATE_SERVICE: ("v1", "Service"),
-    StepType.SWITCH_SERVICE: ("v1", "Service"),
-    StepType.DELETE_SERVICE: ("v1", "Service"),
-    StepType.CREATE_JOB: ("ray.io/v1", "RayJob"),
-    StepType.DELETE_JOB: ("ray.io/v1", "RayJob"),
-}
-
-
 def event_target(step: Step) -> EventTarget | None:
     """The object a step changed, for its Kubernetes Event (None: no Event)."""
-    api, kind = _TARGET_KIND.get(step.type, ("", ""))
-    if step.type in {StepType.APPLY_OBJECT, StepType.DELETE_OBJECT}:
+    target = STEP_KINDS[step.type].target
+    api, kind = target or ("", "")
+    if target == FROM_PARAMS:
         manifest = step.params.get("manifest") or {}
         api = str(manifest.get("apiVersion") or step.params.get("apiVersion") or "v1")
         kind = str(manifest.get("kind") or step.params.get("kind") or "")
@@ -151,7 +137,7 @@ def step_reporter(sha: str, post_status: Callable[[str, ObjectKey | None, str, s
             log.log(logging.INFO if result == "ok" else logging.ERROR, "%s step %d/%d %s: %s",
                     event.key, event.index, event.total, step.type.value, event.detail)
             target = event_target(step)
-            if result == "ok" and step.type.mutates and target is not None:
+            if result == "ok" and STEP_KINDS[step.type].mutates and target is not None:
                 events.record(event.key, target, event.detail)
         elif event.phase == "superseded":
             log.info("%s step %d/%d %s stopped: %s", event.key, event.index, event.total,

@@ -5,7 +5,8 @@ fails with that reason) or ``TransientError`` (retried by the executor with back
 bounded by the step's timeout (a deadline handed in, partly spent when the step is resumed)
 and woken by watch events where the API has them; Serve status is polled every 0.25 s at
 first, slowing to every 1.5 s. ``report`` receives progress lines for long waits.
-The steps of an incremental upgrade are ``gitray.engine.traffic``'s (steered by the run).
+The Serve steps are ``gitray.engine.servesteps``'s; the steps of an incremental upgrade are
+``gitray.engine.traffic``'s (steered by the run).
 """
 
 from __future__ import annotations
@@ -15,37 +16,39 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from gitray.core.errors import LeaseLostError, TerminalError, TransientError
+from gitray.core.errors import TerminalError, TransientError
 from gitray.core.model import (
     ANN_DELETE_AFTER,
-    ANN_SERVE_CONFIG_HASH,
     ANN_WORKLOAD_KEY,
     API_VERSION_RAY,
     LABEL_MANAGED_BY,
-    LABEL_SERVE,
     MANAGED_BY,
 )
 from gitray.core.timefmt import utc_timestamp
-from gitray.core.waits import Backoff, Clock, Deadline, poll
+from gitray.core.waits import Clock, Deadline, poll
 from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
 from gitray.engine.probes import HttpProbe
+from gitray.engine.servesteps import Report, ServeSteps
 from gitray.engine.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
-from gitray.plans.serve import ServeState, serve_verdict
+from gitray.plans.steptypes import (
+    ApplyObjectParams,
+    CreateServiceParams,
+    DeleteObjectParams,
+    ManifestParams,
+    ScheduleDeletionParams,
+    SwitchServiceParams,
+    UpdateClusterParams,
+    typed_params,
+)
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["Actions", "cluster_ready"]
 
-Report = Callable[[str], None]
-SERVE_POLL_S = 1.5  # steady Serve status poll period; the first polls are quicker:
-SERVE_FIRST_POLL_S = 0.25  # Serve often reaches RUNNING within seconds of a deploy, so the
-SERVE_POLL_GROWTH = 1.5  # period starts here and grows by this factor up to SERVE_POLL_S
-GATING_BUDGET_S = 120.0
 DELETE_BUDGET_S = 180.0
-REDEPLOY_AFTER_S = 15.0
 
 
 def cluster_ready(cluster: Mapping[str, Any]) -> bool:
@@ -66,6 +69,7 @@ class Actions:
         self.fence = fence
         self.clock = clock or Clock()
         self.traffic = Traffic(kube, resolver, self.clock, HttpProbe(resolver))
+        self.serve = ServeSteps(kube, resolver, fence, self.clock)
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
             StepType.UPDATE_CLUSTER: self._update_cluster,
@@ -84,8 +88,8 @@ class Actions:
         # the steps with a timeout (gitray.engine.deadlines.step_timeout): given their deadline
         self._timed: dict[StepType, Callable[[str, Step, Report, Deadline], str]] = {
             StepType.WAIT_CLUSTER_READY: self._wait_cluster_ready,
-            StepType.DEPLOY_SERVE: self._deploy_serve,
-            StepType.WAIT_SERVE_RUNNING: self._wait_serve_running,
+            StepType.DEPLOY_SERVE: self.serve.deploy_serve,
+            StepType.WAIT_SERVE_RUNNING: self.serve.wait_serve_running,
             StepType.WAIT_JOB: self._wait_job,
         }
 
@@ -148,11 +152,12 @@ class Actions:
     # ---- clusters -----------------------------------------------------------------------
 
     def _create_cluster(self, ns: str, step: Step, report: Report) -> str:
-        return self._create(step.params["manifest"])
+        return self._create(typed_params(step, ManifestParams).manifest)
 
     def _update_cluster(self, ns: str, step: Step, report: Report) -> str:
-        manifest = copy.deepcopy(dict(step.params["manifest"]))
-        if step.params.get("preserveLiveReplicas"):
+        p = typed_params(step, UpdateClusterParams)
+        manifest = copy.deepcopy(dict(p.manifest))
+        if p.preserve_live_replicas:
             live = self.kube.get(API_VERSION_RAY, "RayCluster", ns, step.target)
             replicas = {g.get("groupName"): g.get("replicas")
                         for g in (live.get("spec") or {}).get("workerGroupSpecs") or []}
@@ -208,7 +213,8 @@ class Actions:
         annotations = (cluster.get("metadata") or {}).get("annotations") or {}
         if annotations.get(ANN_DELETE_AFTER):
             return f"deletion already scheduled at {annotations[ANN_DELETE_AFTER]}"
-        when = utc_timestamp(self.clock.now() + timedelta(seconds=int(step.params["delaySeconds"])))
+        when = utc_timestamp(self.clock.now() + timedelta(
+            seconds=int(typed_params(step, ScheduleDeletionParams).delay_seconds)))
         self.kube.patch(API_VERSION_RAY, "RayCluster", ns, step.target,
                         {"metadata": {"annotations": {ANN_DELETE_AFTER: when}}})
         return f"{step.target} will be deleted after {when}"
@@ -218,116 +224,7 @@ class Actions:
                         {"metadata": {"annotations": {ANN_DELETE_AFTER: None}}})
         return f"deletion of {step.target} cancelled"
 
-    # ---- Serve --------------------------------------------------------------------------
-
-    def _deploy_serve(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
-        cluster = str(step.params["cluster"])
-        # the dashboard answers some seconds after the head pod is ready: retry the PUT within
-        # the step's timeout (gitray.engine.deadlines.DEPLOY_BUDGET_S at least)
-        last: list[TransientError] = []
-        body = dict(step.params["serveConfig"])
-        capacity = step.params.get("targetCapacity")
-        if isinstance(capacity, int):  # an incremental upgrade's new cluster: maxSurgePercent
-            body["target_capacity"] = capacity
-
-        def attempt() -> str | None:
-            try:
-                with self.resolver.serve_client(ns, cluster) as client:
-                    client.deploy(body)
-            except TransientError as e:
-                last[:] = [e]
-                return None
-            return f"Serve config sent to {cluster}" + (
-                f" at target_capacity {capacity} %" if isinstance(capacity, int) else "")
-
-        def wait(_left: float) -> None:
-            report(f"dashboard not reachable yet ({last[0]})")
-            self.clock.sleep(2.0)
-
-        def timed_out() -> TerminalError:
-            error = TerminalError(f"could not send the Serve config to {cluster} within "
-                                  f"{deadline.seconds:.0f} s: {last[0]}")
-            error.__cause__ = last[0]
-            return error
-
-        return poll(attempt, deadline, wait=wait, timeout=timed_out)
-
-    def _wait_serve_running(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
-        cluster = str(step.params["cluster"])
-        sent = step.params.get("serveConfig") or {}
-        last_put = deadline.started
-        summary = "no status yet"
-        pauses = Backoff(SERVE_FIRST_POLL_S, factor=SERVE_POLL_GROWTH, cap=SERVE_POLL_S)
-
-        def attempt() -> str | None:
-            nonlocal last_put, summary
-            try:
-                with self.resolver.serve_client(ns, cluster) as client:
-                    reported = client.applications()
-                    if (not reported.get("applications") and sent.get("applications")
-                            and self.clock.monotonic() - last_put >= REDEPLOY_AFTER_S):
-                        # Serve holds no applications at all: the head restarted and lost the
-                        # config (KubeRay re-sends it then too). The PUT is declarative.
-                        client.deploy(sent)
-                        last_put = self.clock.monotonic()
-                        report("Serve had no applications (head restarted?): config sent again")
-                    verdict = serve_verdict(sent, reported)
-                summary = verdict.summary
-                if verdict.state is ServeState.FAILED:
-                    raise TerminalError(verdict.message)
-                if verdict.state is ServeState.RUNNING:
-                    self.fence.ensure_held()  # a leader woken from a pause must not write this
-                    self.kube.patch(API_VERSION_RAY, "RayCluster", ns, cluster, {"metadata": {
-                        "annotations": {ANN_SERVE_CONFIG_HASH: step.params["serveConfigHash"]}}})
-                    return f"{summary} on {cluster}"
-            except LeaseLostError:
-                raise
-            except TransientError as e:
-                summary = str(e)
-            return None
-
-        def wait(_left: float) -> None:
-            report(f"{summary}, {deadline.elapsed():.0f} s")
-            self.clock.sleep(pauses.next())
-
-        return poll(attempt, deadline, wait=wait,
-                    timeout=lambda: TerminalError(f"Serve on {cluster} not RUNNING after "
-                                                  f"{deadline.seconds:.0f} s ({summary})"))
-
     # ---- Services -----------------------------------------------------------------------
-
-    def _gate_serve_pods(self, ns: str, cluster: str, report: Report,
-                         selector: Mapping[str, str] | None = None) -> int:
-        """Label the pods the serve Service will select (``selector`` but the Serve label: the
-        cluster's, or only its workers) whose Serve proxy is healthy; return how many are."""
-        pods_of = ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items())
-                           if k != LABEL_SERVE) or f"ray.io/cluster={cluster}"
-
-        def attempt() -> int | None:
-            pods, _ = self.kube.list("v1", "Pod", namespace=ns, label_selector=pods_of)
-            healthy = 0
-            for pod in pods:
-                meta = pod.get("metadata") or {}
-                ok = (pod.get("status") or {}).get("phase") == "Running" \
-                    and self.resolver.proxy_healthy(pod)
-                healthy += ok
-                current = (meta.get("labels") or {}).get(LABEL_SERVE)
-                if ok and current != "true":
-                    self.kube.patch("v1", "Pod", ns, meta["name"],
-                                    {"metadata": {"labels": {LABEL_SERVE: "true"}}})
-                elif not ok and current is not None:
-                    self.kube.patch("v1", "Pod", ns, meta["name"],
-                                    {"metadata": {"labels": {LABEL_SERVE: None}}})
-            return healthy or None
-
-        def wait(_left: float) -> None:
-            report("waiting for a healthy Serve proxy")
-            self.clock.sleep(2.0)
-
-        return poll(attempt, self._deadline(GATING_BUDGET_S), wait=wait,
-                    timeout=lambda: TerminalError(f"no pod of {cluster} ({pods_of}) has a "
-                                                  "healthy Serve proxy after "
-                                                  f"{GATING_BUDGET_S:.0f} s"))
 
     def _point(self, ns: str, name: str, selector: Mapping[str, str]) -> str:
         svc = self.kube.get("v1", "Service", ns, name)
@@ -340,10 +237,10 @@ class Actions:
         return f"Service {name} now selects {selector.get('ray.io/cluster')}"
 
     def _create_service(self, ns: str, step: Step, report: Report) -> str:
-        manifest = step.params["manifest"]
-        if step.params.get("role") == "serve":
-            self._gate_serve_pods(ns, str(step.params["cluster"]), report,
-                                  manifest["spec"]["selector"])
+        p = typed_params(step, CreateServiceParams)
+        manifest = p.manifest
+        if p.role == "serve":
+            self.serve.gate_serve_pods(ns, str(p.cluster), report, manifest["spec"]["selector"])
         existing = self.kube.get_or_none("v1", "Service", ns, step.target)
         if existing is not None:
             meta = existing.get("metadata") or {}
@@ -355,17 +252,17 @@ class Actions:
                                     f"workload's ({owner or 'not managed by gitray'}); choose "
                                     "another name or remove that Service")
             return self._point(ns, step.target, manifest["spec"]["selector"])
-        if step.params.get("serverSideApply"):  # spec.serveService: later changes are applied
+        if p.server_side_apply:  # spec.serveService: later changes are applied
             self.kube.apply(manifest)
             return f"created Service {step.target}"
         return self._create(manifest)
 
     def _switch_service(self, ns: str, step: Step, report: Report) -> str:
-        if step.params.get("role") == "serve":
-            n = self._gate_serve_pods(ns, str(step.params["cluster"]), report,
-                                      step.params["selector"])
+        p = typed_params(step, SwitchServiceParams)
+        if p.role == "serve":
+            n = self.serve.gate_serve_pods(ns, p.cluster, report, p.selector)
             report(f"{n} pod(s) with a healthy Serve proxy")
-        return self._point(ns, step.target, step.params["selector"])
+        return self._point(ns, step.target, p.selector)
 
     def _delete_service(self, ns: str, step: Step, report: Report) -> str:
         gone = not self.kube.delete("v1", "Service", ns, step.target)
@@ -374,7 +271,7 @@ class Actions:
     # ---- jobs and supporting objects ----------------------------------------------------
 
     def _create_job(self, ns: str, step: Step, report: Report) -> str:
-        return self._create(step.params["manifest"])
+        return self._create(typed_params(step, ManifestParams).manifest)
 
     def _wait_job(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
         seen: dict[str, Any] = {}
@@ -437,15 +334,15 @@ class Actions:
         return f"RayJob {step.target} {'already gone' if gone else 'deleted'}"
 
     def _apply_object(self, ns: str, step: Step, report: Report) -> str:
-        manifest = step.params["manifest"]
-        if step.params.get("gateServe"):  # a per-cluster serve Service (incremental upgrade)
-            n = self._gate_serve_pods(ns, str(step.params["gateServe"]), report,
-                                      manifest["spec"]["selector"])
+        p = typed_params(step, ApplyObjectParams)
+        manifest = p.manifest
+        if p.gate_serve:  # a per-cluster serve Service (incremental upgrade)
+            n = self.serve.gate_serve_pods(ns, p.gate_serve, report, manifest["spec"]["selector"])
             report(f"{n} pod(s) with a healthy Serve proxy")
         self.kube.apply(manifest)
         return f"applied {manifest['kind']} {step.target}"
 
     def _delete_object(self, ns: str, step: Step, report: Report) -> str:
-        p = step.params
-        gone = not self.kube.delete(str(p["apiVersion"]), str(p["kind"]), ns, step.target)
-        return f"{p['kind']} {step.target} {'already gone' if gone else 'deleted'}"
+        p = typed_params(step, DeleteObjectParams)
+        gone = not self.kube.delete(str(p.api_version), str(p.kind), ns, step.target)
+        return f"{p.kind} {step.target} {'already gone' if gone else 'deleted'}"

@@ -19,9 +19,8 @@ from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.capacity import preflight
 from gitray.engine.dryrun import dry_run
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
-from gitray.engine.fence import ReadOnly
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.engine.record import remembered_runs
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState, remembered_runs
 from gitray.engine.schemas import cluster_schemas
 from gitray.engine.wiring import Wiring
 from gitray.k8s.client import Kube
@@ -37,6 +36,7 @@ from gitray.plans.prerequisites import blocked_workloads, needed_apis
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems
+from gitray.render.kustomize import run as run_kustomize
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute", "live_plan", "read_live", "read_live_store", "read_records",
@@ -87,7 +87,7 @@ def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
             config = None  # the load reports it, with its place
         if config is not None:
             kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
-    result = load_snapshot(snapshot, overrides, memo, kuberay)
+    result = load_snapshot(snapshot, overrides, memo, kuberay, kustomize=run_kustomize)
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)
@@ -190,7 +190,7 @@ def check_saved_plan(saved: Plan, kube: Kube, desired: Desired,
 
 def read_records(kube: Kube, lease_namespace: str, config: Config) -> list[Record]:
     """The run records of ``config``'s instance, read without holding the Lease."""
-    return ProgressStore(kube, lease_namespace, config.instance, ReadOnly()).list()
+    return RecordReader(kube, lease_namespace, config.instance).list()
 
 
 def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:

@@ -19,7 +19,8 @@ from gitray.core.model import Diagnostic
 from gitray.k8s.client import Kube
 from gitray.plans.capacity import NodeRoom, QuotaRoom, Shortfall, check_nodes, check_quotas
 from gitray.plans.plan import Plan
-from gitray.plans.resources import Amounts, parse_quantity, pod_requests
+from gitray.plans.quantities import Amounts, parse_quantity
+from gitray.plans.resources import pod_requests
 
 __all__ = ["preflight", "read_nodes", "read_quotas"]
 

@@ -19,35 +19,20 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gitray.core.timefmt import parse_timestamp
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import STEP_KINDS
 
-__all__ = ["DEPLOY_BUDGET_S", "HOLDS", "Budget", "seconds_since", "step_budget",
-           "step_timeout"]
-
-# a step type with a timeout -> its timeout when the plan gives none (plans always give one)
-_DEFAULT_TIMEOUT_S = {
-    StepType.WAIT_CLUSTER_READY: 900.0,
-    StepType.DEPLOY_SERVE: 0.0,
-    StepType.WAIT_SERVE_RUNNING: 600.0,
-    StepType.WAIT_JOB: 3600.0,
-}
-# kubelets report a head pod ready before its dashboard answers: deploy-serve retries its PUT
-# for the plan's Serve timeout, but at least this long
-DEPLOY_BUDGET_S = 180.0
-# steps whose timeout is how long they hold (params["seconds"]): reaching it ends them well
-HOLDS = frozenset({StepType.WAIT_INTERVAL, StepType.PAUSE})
-
+__all__ = ["Budget", "seconds_since", "step_budget", "step_timeout"]
 
 def step_timeout(step: Step) -> float | None:
     """The timeout of ``step`` in seconds; None for a step type that has none."""
-    if step.type in HOLDS:
+    kind = STEP_KINDS[step.type]
+    if kind.holds:
         seconds = step.params.get("seconds")
         return float(seconds) if isinstance(seconds, int | float) else None
-    default = _DEFAULT_TIMEOUT_S.get(step.type)
-    if default is None:
+    if kind.timeout_s is None:
         return None
-    timeout = float(step.params.get("timeoutSeconds", default))
-    return max(timeout, DEPLOY_BUDGET_S) if step.type is StepType.DEPLOY_SERVE else timeout
+    return max(float(step.params.get("timeoutSeconds", kind.timeout_s)), kind.min_timeout_s)
 
 
 def seconds_since(started_at: str, now: datetime) -> float | None:

@@ -51,10 +51,10 @@ from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
-from gitray.engine.deadlines import HOLDS, Budget, step_budget
+from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
-from gitray.engine.progress import (
-    ProgressStore,
+from gitray.engine.progress import ProgressStore
+from gitray.engine.record import (
     Record,
     RunState,
     StepRecord,
@@ -71,15 +71,12 @@ from gitray.engine.upgradecontrol import (
 )
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
+from gitray.plans.steptypes import STEP_KINDS
 
 __all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "WorkloadOutcome"]
 
 RETRY_BUDGET_S = 120.0  # transient errors of one step are retried for this long (pauses)
 RETRY_FIRST_S, RETRY_CAP_S = 0.5, 10.0  # doubling, each pause jittered by ±50 %
-# steps after which traffic has moved (Services switched or created, HTTPRoute weights shifted)
-_SWITCHING = {StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE, StepType.SHIFT_TRAFFIC}
-# the waits a newer commit may end (checked on each of their progress reports)
-_SUPERSEDABLE = {StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING}
 
 
 class Outcome(StrEnum):
@@ -295,7 +292,7 @@ class Executor:
         step with a timeout is bounded from its first start (``budget``), across retries
         (a hold whose time ran out meanwhile has done its part)."""
         if budget is not None and budget.resumed and budget.left <= 0 \
-                and step.type not in HOLDS:
+                and not STEP_KINDS[step.type].holds:
             raise TerminalError(budget.expired(step))
         total = len(wp.steps)
         check = self._supersede_check(wp, index, step)
@@ -314,7 +311,7 @@ class Executor:
         clock = self.actions.clock
         began, carried = clock.monotonic(), budget.spent if budget is not None else 0.0
         while True:
-            if step.type.mutates:
+            if STEP_KINDS[step.type].mutates:
                 self.fence.ensure_held()
             try:
                 return self.actions.run(wp.key.namespace, acting, report,
@@ -372,7 +369,7 @@ class Executor:
         before any traffic moved (after a switch, the run finishes and the next plan goes on
         from there, e.g. an instant rollback)."""
         if (self.superseded is None or wp.key.kind != Kind.RAY_SERVICE.value
-                or not wp.desired_hash or step.type not in _SUPERSEDABLE
+                or not wp.desired_hash or not STEP_KINDS[step.type].supersedable
                 or _traffic_moved(wp, index)):
             return None
         return self.superseded
@@ -406,7 +403,7 @@ class Executor:
 
 def _traffic_moved(wp: WorkloadPlan, index: int) -> bool:
     """Whether a step before ``index`` created or switched a Service (traffic may have moved)."""
-    return any(s.type in _SWITCHING for s in wp.steps[:index])
+    return any(STEP_KINDS[s.type].moves_traffic for s in wp.steps[:index])
 
 
 def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gitray.core.errors import GitrayError
-
-__all__ = ["Fence", "ReadOnly"]
+__all__ = ["Fence"]
 
 
 class Fence(Protocol):
@@ -17,13 +15,3 @@ class Fence(Protocol):
     def epoch(self) -> int: ...
 
     def ensure_held(self) -> None: ...
-
-
-class ReadOnly:
-    """For readers of run records (``gitray plan``, ``gitray status``): they hold no Lease
-    and never write."""
-
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise GitrayError("a reader of run records never writes them")

@@ -8,113 +8,73 @@ step's start (``current``), so that a leader resuming it keeps its deadline
 (``gitray.engine.deadlines``). A record without ``currentStep`` (written before starts were
 kept) reads as one with no start: its step's timeout then counts from when it is resumed.
 
-Storage: ConfigMap ``gitray-run-<12 hex of the workload key's hash>`` in the Lease's namespace,
-labelled ``app.kubernetes.io/managed-by=gitray``, ``gitray.io/instance=<instance>``,
-``gitray.io/role=progress``, annotated ``gitray.io/progress-for=<namespace>/<Kind>/<name>``,
-with one JSON document under ``record.json``. (Not ``gitray.io/workload-key``: the planner
-treats objects carrying it as owned by the workload.)
+Storage: one ConfigMap per workload in the Lease's namespace (its form:
+``gitray.engine.record``, the codec of this pair).
 
-Writes are fenced: every write first calls ``fence.ensure_held()``, then replaces the
+Reading needs no Lease: :class:`RecordReader` (``gitray plan``, ``gitray status``, ``gitray
+promote``/``abort``, tests). Writing does: :class:`ProgressStore` is the reader with a fenced
+writer on top. Writes are fenced: every write first calls ``fence.ensure_held()``, then replaces the
 ConfigMap with the ``resourceVersion`` last read (compare-and-swap). When the swap is lost the
 record is read again; if a newer epoch wrote it the writer gets ``LeaseLostError`` — a record
 is never overwritten by an older epoch's writer.
-
-:class:`Record` and :class:`StepRecord` (``gitray.engine.record``, re-exported here) are the
-persisted, JSON-safe form; the executor's in-memory outcomes are converted into them, never
-stored directly.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
-from gitray.core.errors import ConflictError, LeaseLostError, TerminalError
-from gitray.core.model import (
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    LABEL_ROLE,
-    MANAGED_BY,
-    ROLE_PROGRESS,
-    ObjectKey,
-)
+from gitray.core.errors import ConflictError, LeaseLostError
+from gitray.core.model import ObjectKey
 from gitray.engine.fence import Fence
 from gitray.engine.record import (
-    ANN_PROGRESS_FOR,
-    DATA_KEY,
-    MAX_MESSAGE_CHARS,
-    MAX_RECORD_BYTES,
-    RECORD_FORMAT_VERSION,
     Record,
     RunState,
     StepRecord,
     StepStart,
     StepStatus,
-    encode_record,
-    record_from_json,
+    configmap_of,
     record_name,
-    record_to_json,
+    record_of_configmap,
+    record_selector,
     remember_run,
+    resource_version_of,
     trim_message,
     utc_now,
-    workload_plan_from_json,
-    workload_plan_to_json,
 )
 from gitray.k8s.client import Kube
 from gitray.plans.plan import WorkloadPlan
 
-__all__ = [
-    "ANN_PROGRESS_FOR",
-    "DATA_KEY",
-    "MAX_MESSAGE_CHARS",
-    "MAX_RECORD_BYTES",
-    "RECORD_FORMAT_VERSION",
-    "ProgressStore",
-    "Record",
-    "RunState",
-    "StepRecord",
-    "StepStart",
-    "StepStatus",
-    "record_from_json",
-    "record_name",
-    "record_to_json",
-    "trim_message",
-    "utc_now",
-    "workload_plan_from_json",
-    "workload_plan_to_json",
-]
+__all__ = ["ProgressStore", "RecordReader"]
 
 
-# ---- the store (I/O) ----------------------------------------------------------------------
+class RecordReader:
+    """Run records of one gitray instance, in ConfigMaps of ``namespace``: read only, no Lease.
 
+    ``instance`` selects what :meth:`list` returns; :meth:`load` reads a workload's record
+    whichever instance wrote it."""
 
-class ProgressStore:
-    """Run records of one gitray instance, in ConfigMaps of ``namespace``."""
-
-    def __init__(self, kube: Kube, namespace: str, instance: str, fence: Fence) -> None:
+    def __init__(self, kube: Kube, namespace: str, instance: str = "") -> None:
         self._kube = kube
         self._namespace = namespace
         self._instance = instance
-        self._fence = fence
-
-    @property
-    def selector(self) -> str:
-        return (f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={self._instance},"
-                f"{LABEL_ROLE}={ROLE_PROGRESS}")
-
-    # ---- reads --------------------------------------------------------------------------
 
     def load(self, key: ObjectKey) -> Record | None:
         cm = self._kube.get_or_none("v1", "ConfigMap", self._namespace, record_name(key))
-        return None if cm is None else self._decode(cm)
+        return None if cm is None else record_of_configmap(cm)
 
     def list(self) -> list[Record]:
         """Every record of this instance, from one LIST by label selector, sorted by key."""
         items, _ = self._kube.list("v1", "ConfigMap", namespace=self._namespace,
-                                   label_selector=self.selector)
-        return sorted((self._decode(cm) for cm in items), key=lambda r: r.key)
+                                   label_selector=record_selector(self._instance))
+        return sorted((record_of_configmap(cm) for cm in items), key=lambda r: r.key)
+
+
+class ProgressStore(RecordReader):
+    """The fenced writer of ``instance``'s run records (reads as :class:`RecordReader`)."""
+
+    def __init__(self, kube: Kube, namespace: str, instance: str, fence: Fence) -> None:
+        super().__init__(kube, namespace, instance)
+        self._fence = fence
 
     # ---- writes -------------------------------------------------------------------------
 
@@ -187,14 +147,15 @@ class ProgressStore:
         if current is None:
             record = replace(record, updated_at=utc_now())
             try:
-                created = self._kube.create(self._body(record, resource_version=""))
+                created = self._kube.create(
+                    configmap_of(record, self._namespace, self._instance, ""))
             except ConflictError:
                 return self._refuse_or_conflict(record, "created")
-            return replace(record, resource_version=_version(created))
-        stored = self._decode(current)
+            return replace(record, resource_version=resource_version_of(created))
+        stored = record_of_configmap(current)
         self._refuse_newer(stored, record.epoch)
         # the runs it started outlive a run record: a new plan keeps them
-        return self._write(replace(record, resource_version=_version(current),
+        return self._write(replace(record, resource_version=resource_version_of(current),
                                    runs=stored.runs), check=False)
 
     def _write(self, record: Record, *, check: bool = True) -> Record:
@@ -206,10 +167,11 @@ class ProgressStore:
             self._fence.ensure_held()
         record = replace(record, updated_at=utc_now())
         try:
-            written = self._kube.replace(self._body(record, record.resource_version))
+            written = self._kube.replace(configmap_of(record, self._namespace, self._instance,
+                                                       record.resource_version))
         except ConflictError:
             return self._refuse_or_conflict(record, "changed")
-        return replace(record, resource_version=_version(written))
+        return replace(record, resource_version=resource_version_of(written))
 
     def _refuse_or_conflict(self, record: Record, what: str) -> Record:
         stored = self.load(record.key)
@@ -224,32 +186,3 @@ class ProgressStore:
         if stored.epoch > epoch:
             raise LeaseLostError(f"{stored.key}: a newer leader (epoch {stored.epoch}) owns this "
                                  f"run record; epoch {epoch} must stop")
-
-    def _decode(self, cm: Mapping[str, Any]) -> Record:
-        meta = cm.get("metadata") or {}
-        where = f"run record ConfigMap {meta.get('namespace')}/{meta.get('name')}"
-        text = (cm.get("data") or {}).get(DATA_KEY)
-        if text is None:
-            raise TerminalError(f"{where} has no {DATA_KEY}; delete it to start the run afresh")
-        try:
-            return record_from_json(json.loads(text), _version(cm))
-        except (ValueError, KeyError, TypeError) as e:
-            raise TerminalError(f"{where} is unreadable ({type(e).__name__}: {e}); delete it to "
-                                f"start the run afresh") from e
-
-    def _body(self, record: Record, resource_version: str) -> dict[str, Any]:
-        metadata: dict[str, Any] = {
-            "name": record_name(record.key),
-            "namespace": self._namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: self._instance,
-                       LABEL_ROLE: ROLE_PROGRESS},
-            "annotations": {ANN_PROGRESS_FOR: str(record.key)},
-        }
-        if resource_version:
-            metadata["resourceVersion"] = resource_version
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-                "data": {DATA_KEY: encode_record(record)}}
-
-
-def _version(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

@@ -1,9 +1,10 @@
-"""A run record as stored: its types and their JSON codec. No I/O (``utc_now`` reads the clock).
+"""A run record as stored: its types, their JSON codec and its ConfigMap form (the codec of
+the pair codec/store; the store is ``gitray.engine.progress``). No I/O (``utc_now`` reads the
+clock).
 
-The store that keeps them in ConfigMaps is ``gitray.engine.progress``; see there for what a
-record holds and how it is written. :class:`Record` and :class:`StepRecord` are the persisted,
-JSON-safe form; the executor's in-memory outcomes are converted into them, never stored
-directly.
+See ``gitray.engine.progress`` for what a record holds and how it is written. :class:`Record`
+and :class:`StepRecord` are the persisted, JSON-safe form; the executor's in-memory outcomes are
+converted into them, never stored directly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from enum import StrEnum
 from typing import Any
 
 from gitray.core.errors import TerminalError
-from gitray.core.model import ObjectKey, stable_hash
+from gitray.core.model import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    MANAGED_BY,
+    ROLE_PROGRESS,
+    ObjectKey,
+    stable_hash,
+)
 from gitray.core.timefmt import utc_timestamp
 from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
 from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
@@ -32,12 +41,16 @@ __all__ = [
     "StepRecord",
     "StepStart",
     "StepStatus",
+    "configmap_of",
     "encode_record",
     "record_from_json",
     "record_name",
+    "record_of_configmap",
+    "record_selector",
     "record_to_json",
     "remember_run",
     "remembered_runs",
+    "resource_version_of",
     "trim_message",
     "utc_now",
     "workload_plan_from_json",
@@ -251,7 +264,56 @@ def encode_record(record: Record) -> str:
     return text
 
 
-
 def remembered_runs(records: Sequence[Record]) -> dict[ObjectKey, dict[str, str]]:
     """Per workload, run name -> outcome of the RayJob runs gitray started (a planner input)."""
     return {r.key: {run.name: run.outcome for run in r.runs} for r in records if r.runs}
+
+
+# ---- ConfigMap form (pure) ------------------------------------------------------------------
+#
+# ConfigMap ``gitray-run-<12 hex of the workload key's hash>``, labelled
+# ``app.kubernetes.io/managed-by=gitray``, ``gitray.io/instance=<instance>``,
+# ``gitray.io/role=progress``, annotated ``gitray.io/progress-for=<namespace>/<Kind>/<name>``,
+# with one JSON document under ``record.json``. (Not ``gitray.io/workload-key``: the planner
+# treats objects carrying it as owned by the workload.)
+
+
+def record_selector(instance: str) -> str:
+    """The label selector of ``instance``'s run records."""
+    return (f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={instance},"
+            f"{LABEL_ROLE}={ROLE_PROGRESS}")
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def record_of_configmap(cm: Mapping[str, Any]) -> Record:
+    """The record a run-record ConfigMap holds; ``TerminalError`` saying how to recover when it
+    is unreadable."""
+    meta = cm.get("metadata") or {}
+    where = f"run record ConfigMap {meta.get('namespace')}/{meta.get('name')}"
+    text = (cm.get("data") or {}).get(DATA_KEY)
+    if text is None:
+        raise TerminalError(f"{where} has no {DATA_KEY}; delete it to start the run afresh")
+    try:
+        return record_from_json(json.loads(text), resource_version_of(cm))
+    except (ValueError, KeyError, TypeError) as e:
+        raise TerminalError(f"{where} is unreadable ({type(e).__name__}: {e}); delete it to "
+                            f"start the run afresh") from e
+
+
+def configmap_of(record: Record, namespace: str, instance: str,
+                 resource_version: str) -> dict[str, Any]:
+    """The ConfigMap storing ``record`` (with ``resource_version`` for a compare-and-swap)."""
+    metadata: dict[str, Any] = {
+        "name": record_name(record.key),
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: instance,
+                   LABEL_ROLE: ROLE_PROGRESS},
+        "annotations": {ANN_PROGRESS_FOR: str(record.key)},
+    }
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": {DATA_KEY: encode_record(record)}}

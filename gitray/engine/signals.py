@@ -34,7 +34,7 @@ from gitray.core.model import (
     ObjectKey,
 )
 from gitray.engine.fence import Fence
-from gitray.engine.progress import ANN_PROGRESS_FOR, record_name, utc_now
+from gitray.engine.record import ANN_PROGRESS_FOR, record_name, utc_now
 from gitray.engine.upgradecontrol import (
     Control,
     Signal,

@@ -40,6 +40,12 @@ from gitray.k8s.client import Kube
 from gitray.plans.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.plan import Step, StepType
 from gitray.plans.serve import live_config_at
+from gitray.plans.steptypes import (
+    RunAnalysisParams,
+    SetCapacityParams,
+    ShiftTrafficParams,
+    typed_params,
+)
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["TRAFFIC_STEPS", "Steering", "Traffic", "capacity_config", "route_accepted"]
@@ -84,8 +90,8 @@ class Traffic:
     # ---- capacity and weights -----------------------------------------------------------
 
     def _set_capacity(self, ns: str, step: Step) -> str:
-        cluster, percent = str(step.params["cluster"]), int(step.params["targetCapacity"])
-        sent = step.params.get("serveConfig")
+        p = typed_params(step, SetCapacityParams)
+        cluster, percent, sent = p.cluster, int(p.target_capacity), p.serve_config
         with self.resolver.serve_client(ns, cluster) as client:
             body = capacity_config(client.applications(), percent,
                                    sent if isinstance(sent, Mapping) else None)
@@ -95,9 +101,8 @@ class Traffic:
         return f"Serve target_capacity of {cluster} set to {percent} %"
 
     def _shift(self, ns: str, step: Step, report: Report) -> str:
-        p = step.params
-        manifest, name = p["manifest"], str(p["route"])
-        assert isinstance(manifest, Mapping)
+        p = typed_params(step, ShiftTrafficParams)
+        manifest, name = p.manifest, p.route
         split = ", ".join(f"{weight} % to {backend}" for backend, weight in route_refs(manifest))
         live = self.kube.get_or_none(GATEWAY_API_VERSION, "HTTPRoute", ns, name)
         if live is not None and route_refs(live) == route_refs(manifest):
@@ -174,22 +179,21 @@ class Traffic:
         return why
 
     def _analyse(self, ns: str, step: Step, report: Report, steering: Steering | None) -> str:
-        p = step.params
-        cluster, percent = str(p["cluster"]), p.get("percent")
-        checks = [c for c in p.get("checks") or [] if isinstance(c, Mapping)]
-        metrics = p.get("metrics") if isinstance(p.get("metrics"), Mapping) else None
+        p = typed_params(step, RunAnalysisParams)
+        cluster, percent = p.cluster, p.percent
+        checks = [c for c in p.checks or [] if isinstance(c, Mapping)]
+        metrics = p.metrics if isinstance(p.metrics, Mapping) else None
         names: tuple[str, ...] = ()
         if metrics is not None and any(c.get("type") in _METRIC_CHECKS for c in checks):
             names = (str(metrics["requests"]), str(metrics["durations"]) + "_bucket")
         before = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
-        seconds = float(p.get("windowSeconds") or 0)
+        seconds = float(p.window_seconds or 0)
         self._hold(Step(step.id, StepType.WAIT_INTERVAL, step.target,
                         {"percent": percent, "cluster": cluster}),
                    lambda line: report(f"analysis window: {line}"),
                    Deadline(seconds, self.clock), steering)
         after = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
-        backend = p.get("backend") if isinstance(p.get("backend"), Mapping) else {}
-        assert isinstance(backend, Mapping)
+        backend = p.backend if isinstance(p.backend, Mapping) else {}
         service = traefik_service(str(backend.get("namespace")), str(backend.get("service")),
                                   int(backend.get("port") or 0))
         results: list[CheckResult] = []
@@ -208,8 +212,8 @@ class Traffic:
                 judge_one = success_rate if kind == "success-rate" else latency
                 results.append(judge_one(check, traffic))
             elif kind == "webhook":
-                payload = {"namespace": ns, "cluster": cluster, "previous": p.get("previous"),
-                           "percent": percent, "step": p.get("step"), "steps": p.get("steps"),
+                payload = {"namespace": ns, "cluster": cluster, "previous": p.previous,
+                           "percent": percent, "step": p.step, "steps": p.steps,
                            "windowSeconds": seconds,
                            "results": [{"name": r.name, "verdict": r.verdict.value,
                                         "value": r.value} for r in results]}

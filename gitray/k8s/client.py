@@ -1,4 +1,5 @@
-"""The one module that imports the Kubernetes client. Does I/O (HTTPS to the API server).
+"""The Kubernetes API as gitray uses it (with ``gitray.k8s.connection``, the only modules that
+import the Kubernetes client). Does I/O (HTTPS to the API server).
 
 :class:`Kube` is a thin, dict-in/dict-out wrapper over the dynamic client: get, list by label
 selector, create, replace (compare-and-swap on resourceVersion), merge/json patch,
@@ -17,39 +18,36 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 from kubernetes import dynamic, watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from gitray.core.errors import (
-    ConfigError,
-    ConflictError,
-    ForbiddenError,
     Interrupted,
-    InvalidError,
     NotFoundError,
     TransientError,
 )
 from gitray.core.http import RawResponse
+from gitray.k8s.connection import (
+    DiscoveryTimeout,
+    api_client_for,
+    api_error,
+    timeout_for_this_thread,
+    why_unreachable,
+)
 from gitray.k8s.settings import KubeSettings
 
 __all__ = [
     "FIELD_MANAGER",
     "LIST_PAGE",
     "Kube",
-    "default_namespace",
     "paged",
 ]
 
@@ -58,116 +56,6 @@ _CLOSE_WATCHES_S = 2.0  # close_watches() keeps stopping watches still starting 
 LIST_PAGE = 1000  # items per LIST page: bounds one response, keeps requests per kind low
 _T = TypeVar("_T")
 _Items = list[dict[str, Any]]  # (inside Kube, ``list`` names the method)
-
-
-_POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def _in_cluster(settings: KubeSettings) -> bool:
-    return not settings.kubeconfig and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-
-
-def default_namespace(settings: KubeSettings | None = None) -> str:
-    """The namespace kubectl would use: in a pod, the pod's own; otherwise the kubeconfig
-    context's (``--context`` or the current one), and ``default`` when it names none.
-    No connection is made."""
-    settings = settings or KubeSettings()
-    if _in_cluster(settings):
-        try:
-            return _POD_NAMESPACE_FILE.read_text().strip() or "default"
-        except OSError:
-            return "default"
-    try:
-        contexts, current = k8s_config.list_kube_config_contexts(
-            config_file=settings.kubeconfig or os.environ.get("KUBECONFIG", "~/.kube/config"))
-    except (ConfigException, OSError, TypeError) as e:
-        raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from e
-    chosen = current
-    if settings.context:
-        chosen = next((c for c in contexts or [] if c.get("name") == settings.context), None)
-        if chosen is None:
-            raise ConfigError(f"the kubeconfig has no context {settings.context!r}")
-    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-
-
-def _message(e: ApiException) -> str:
-    import json
-
-    try:
-        body = json.loads(e.body or "{}")
-        text = str(body.get("message") or e.reason)
-    except (ValueError, TypeError):
-        text = str(e.reason)
-    return text
-
-
-@contextlib.contextmanager
-def _timeout_for_this_thread(local: threading.local, seconds: float) -> Iterator[None]:
-    """``local.timeout`` is ``seconds`` inside the block, then what it was."""
-    was = getattr(local, "timeout", None)
-    local.timeout = seconds
-    try:
-        yield
-    finally:
-        local.timeout = was
-
-
-class _DiscoveryTimeout:
-    """The dynamic client's discovery requests carry no timeout (an API server that accepts
-    connections and never answers would hang gitray for ever): inside :meth:`bounded`, a
-    request made by this thread without a timeout of its own gets one. Installed once per
-    ApiClient, in front of its REST client's ``request``."""
-
-    def __init__(self, request: Callable[..., Any]) -> None:
-        self._request = request
-        self._local = threading.local()
-
-    @classmethod
-    def on(cls, api_client: k8s_client.ApiClient) -> _DiscoveryTimeout:
-        rest = api_client.rest_client
-        if not isinstance(rest.request, cls):
-            rest.request = cls(rest.request)  # type: ignore[method-assign]
-        installed: _DiscoveryTimeout = rest.request
-        return installed
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        default = getattr(self._local, "timeout", None)
-        if default is not None and kwargs.get("_request_timeout") is None:
-            kwargs["_request_timeout"] = default
-        return self._request(*args, **kwargs)
-
-    def bounded(self, seconds: float) -> contextlib.AbstractContextManager[None]:
-        return _timeout_for_this_thread(self._local, seconds)
-
-
-def _why(e: BaseException) -> str:
-    """What went wrong on the connection, in a few words (for 'API server unreachable (...)')."""
-    cause = e.reason if isinstance(e, urllib3.exceptions.MaxRetryError) else e
-    # NewConnectionError is a ConnectTimeoutError in urllib3: ask first
-    if isinstance(cause, urllib3.exceptions.NewConnectionError | ConnectionError):
-        errno = re.search(r"\[Errno -?\d+\] [^'\")\]]+", str(cause))
-        return f"cannot connect: {errno.group(0)}" if errno else "cannot connect"
-    if isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError):
-        return "no answer within the request timeout"
-    if isinstance(cause, urllib3.exceptions.SSLError):
-        return "TLS handshake failed"
-    if isinstance(cause, urllib3.exceptions.ProtocolError):
-        return "the connection was dropped"
-    return type(cause).__name__ if cause is not None else type(e).__name__
-
-
-def _map(e: ApiException, what: str) -> Exception:
-    status = e.status or 0
-    text = f"{what}: {_message(e)}"
-    if status == 404:
-        return NotFoundError(text)
-    if status == 409:
-        return ConflictError(text)
-    if status in {401, 403}:
-        return ForbiddenError(text)
-    if status in {400, 422}:
-        return InvalidError(text)
-    return TransientError(f"{text} (HTTP {status})" if status else text)
 
 
 def paged(fetch: Callable[[str | None], Mapping[str, Any]],
@@ -200,25 +88,12 @@ class Kube:
         self._watches: set[watch.Watch] = set()  # open watches, guarded by _lock
         self._watches_closed = False
         self._local = threading.local()  # this thread's request timeout, when bounded
-        self._discovery = _DiscoveryTimeout.on(api_client)
+        self._discovery = DiscoveryTimeout.on(api_client)
 
     @classmethod
     def connect(cls, settings: KubeSettings | None = None) -> Kube:
         settings = settings or KubeSettings()
-        configuration = k8s_client.Configuration()
-        try:
-            if not _in_cluster(settings):
-                k8s_config.load_kube_config(config_file=settings.kubeconfig,
-                                            context=settings.context,
-                                            client_configuration=configuration)
-            else:
-                k8s_config.load_incluster_config(client_configuration=configuration)
-        except (ConfigException, OSError, TypeError) as e:
-            raise ConfigError(f"cannot load the Kubernetes configuration: {e}") from e
-        configuration.retries = 0  # gitray retries itself, with backoff and logging
-        api_client = k8s_client.ApiClient(configuration)
-        if settings.impersonate:
-            api_client.set_default_header("Impersonate-User", settings.impersonate)
+        api_client = api_client_for(settings)
         return cls(api_client, settings)
 
     # ---- plumbing ---------------------------------------------------------------------
@@ -228,9 +103,9 @@ class Kube:
         try:
             return fn()
         except ApiException as e:
-            raise _map(e, what) from e
+            raise api_error(e, what) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise TransientError(f"{what}: API server unreachable ({_why(e)})") from e
+            raise TransientError(f"{what}: API server unreachable ({why_unreachable(e)})") from e
 
     def _client(self) -> dynamic.DynamicClient:
         with self._lock:
@@ -257,7 +132,7 @@ class Kube:
     def requests_within(self, seconds: float) -> contextlib.AbstractContextManager[None]:
         """Requests this thread makes inside the block time out after ``seconds`` instead of
         the configured request timeout (a Lease renew gets what is left of its deadline)."""
-        return _timeout_for_this_thread(self._local, seconds)
+        return timeout_for_this_thread(self._local, seconds)
 
     # ---- verbs ------------------------------------------------------------------------
 
@@ -404,7 +279,7 @@ class Kube:
                 yield str(event["type"]), dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
         except ApiException as e:
             self._check_closed(kind, namespace)
-            raise _map(e, f"watching {kind} in {namespace}") from e
+            raise api_error(e, f"watching {kind} in {namespace}") from e
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             # a watch closed by close_watches() ends in a read error on its shut-down socket
             self._check_closed(kind, namespace)

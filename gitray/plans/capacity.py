@@ -28,13 +28,8 @@ from typing import Any
 
 from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.plans.plan import Plan, StepType, WorkloadPlan
-from gitray.plans.resources import (
-    Amounts,
-    PodGroup,
-    ResourceChange,
-    cluster_pods,
-    format_quantity,
-)
+from gitray.plans.quantities import Amounts, ResourceChange, format_quantity
+from gitray.plans.resources import PodGroup, cluster_pods
 
 __all__ = ["NodeRoom", "QuotaRoom", "Shortfall", "check_nodes", "check_quotas",
            "quota_resource"]

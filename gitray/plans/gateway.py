@@ -21,11 +21,11 @@ from typing import Any
 
 from gitray.core.model import ANN_WORKLOAD_KEY, JSON, Role, Workload
 from gitray.plans.manifests import (
-    head_ports,
     managed_labels,
     serves_from_workers_only,
     service_selector,
 )
+from gitray.plans.serveservice import head_ports
 
 __all__ = [
     "GATEWAY_API_VERSION",

@@ -21,141 +21,30 @@ the other Services; Gateway and HTTPRoute objects are used when the live state h
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from gitray.core.model import JSON, LiveObject, Role
+from gitray.core.model import JSON
 from gitray.plans.analysis import Analysis, Pause, land_pauses, read_analysis
-from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.gateway import (
-    backends,
-    cluster_serve_service_manifest,
     cluster_serve_service_name,
-    gateway_manifest,
-    route_manifest,
-    route_name,
-    route_refs,
     serve_port,
 )
 from gitray.plans.plan import Action, StepType
+from gitray.plans.routing import ensure_cluster_service, ensure_routing, shift, upgrade_options
+from gitray.plans.rscontext import Ctx
 from gitray.plans.upgradeoptions import (
     Capacity,
     IncrementalOptions,
     Side,
     Weight,
-    read_options,
     schedule,
 )
 
-if TYPE_CHECKING:
-    from gitray.plans.rscontext import Ctx
-
-__all__ = [
-    "drop_cluster_service",
-    "ensure_routing",
-    "forget_backend",
-    "incremental",
-    "incremental_rollback",
-    "incremental_upgrade",
-    "restore_traffic",
-]
+__all__ = ["incremental_rollback", "incremental_upgrade"]
 
 _ANALYSIS_METRICS = {  # metric names per gateway (metrics.provider)
     "traefik": {"requests": "traefik_service_requests_total",
                 "durations": "traefik_service_request_duration_seconds"},
 }
-
-
-def incremental(ctx: Ctx) -> bool:
-    return upgrade_type(ctx.workload.spec) == UPGRADE_INCREMENTAL
-
-
-def _options(ctx: Ctx) -> IncrementalOptions:
-    strategy = ctx.workload.spec.get("upgradeStrategy")
-    return read_options(strategy if isinstance(strategy, Mapping) else {})
-
-
-def _live_extra(ctx: Ctx, role: Role, name: str) -> LiveObject | None:
-    return next((o for o in ctx.live.extras if o.role == role and o.name == name), None)
-
-
-def drop_cluster_service(ctx: Ctx, cluster: str) -> None:
-    """Delete ``<cluster>-serve-svc`` with its cluster (when the live state has it)."""
-    name = cluster_serve_service_name(cluster)
-    if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
-        ctx.steps.add(StepType.DELETE_SERVICE, name, {"service": name},
-                      f"cluster {cluster} goes: so does its serve Service")
-
-
-def forget_backend(ctx: Ctx, cluster: str) -> None:
-    """Before an old ``cluster`` (weight 0 since the switch) is deleted: the HTTPRoute with
-    the active cluster alone, so it never names a Service that is gone (the Gateway controller
-    would report ResolvedRefs False on it). Nothing when the live route does not name it."""
-    route = _live_extra(ctx, Role.ROUTE, route_name(ctx.name))
-    active = ctx.live.active
-    if route is None or active is None or active == cluster:
-        return
-    named = {name for name, _ in route_refs({"spec": route.spec})}
-    if cluster_serve_service_name(cluster) not in named:
-        return
-    manifest = route_manifest(ctx.workload, [(active, 100)], ctx.config.instance)
-    ctx.steps.add(StepType.APPLY_OBJECT, route_name(ctx.name), {"manifest": manifest},
-                  f"old cluster {cluster} goes: the HTTPRoute keeps {active} alone")
-
-
-def _ensure_cluster_service(ctx: Ctx, cluster: str) -> bool:
-    """Create ``<cluster>-serve-svc`` unless live; whether it had to be created."""
-    name = cluster_serve_service_name(cluster)
-    if _live_extra(ctx, Role.CLUSTER_SERVE_SERVICE, name) is not None:
-        return False
-    manifest = cluster_serve_service_manifest(ctx.workload, cluster, ctx.config.instance)
-    # gateServe: its pods with a healthy Serve proxy are labelled first (as for the stable
-    # serve Service), or the Service has no endpoints and the gateway answers 503
-    ctx.steps.add(StepType.APPLY_OBJECT, name, {"manifest": manifest, "gateServe": cluster},
-                  f"a serve Service for {cluster} alone (an HTTPRoute backend)")
-    return True
-
-
-def ensure_routing(ctx: Ctx, cluster: str) -> None:
-    """The per-cluster serve Service of ``cluster``, and when it was missing (a first rollout,
-    or a RayService just switched to the incremental upgrade) the Gateway and the HTTPRoute
-    sending everything to ``cluster``. A Gateway of another class (when live) is updated."""
-    options = _options(ctx)
-    created = _ensure_cluster_service(ctx, cluster)
-    gateway = gateway_manifest(ctx.workload, options.gateway_class, ctx.config.instance)
-    live_gateway = _live_extra(ctx, Role.GATEWAY, gateway["metadata"]["name"])
-    if created or (live_gateway is not None
-                   and live_gateway.spec.get("gatewayClassName") != options.gateway_class):
-        ctx.steps.add(StepType.APPLY_OBJECT, gateway["metadata"]["name"],
-                      {"manifest": gateway},
-                      f"the Gateway (class {options.gateway_class}) in front of {ctx.name}")
-    if created:
-        route = route_manifest(ctx.workload, [(cluster, 100)], ctx.config.instance)
-        ctx.steps.add(StepType.APPLY_OBJECT, route["metadata"]["name"], {"manifest": route},
-                      f"the HTTPRoute sending all traffic to {cluster}")
-
-
-def restore_traffic(ctx: Ctx) -> None:
-    """Before a pending cluster is dropped mid-upgrade: all traffic back to the active
-    cluster, at full Serve capacity."""
-    active = ctx.live.active
-    if active is None:
-        return
-    _shift(ctx, active, None, 0, "an upgrade is left: all traffic back to " + active)
-    ctx.steps.add(StepType.SET_SERVE_CAPACITY, active,
-                  {"cluster": active, "targetCapacity": 100},
-                  f"{active} serves everything again: full Serve capacity")
-
-
-def _shift(ctx: Ctx, old: str, new: str | None, percent: int, why: str,
-           step: tuple[int, int] | None = None) -> None:
-    weights = [(old, 100 - percent)] + ([(new, percent)] if new is not None else [])
-    route = route_manifest(ctx.workload, weights, ctx.config.instance)
-    params: dict[str, JSON] = {"route": route["metadata"]["name"], "manifest": route,
-                               "cluster": new or old, "from": old, "percent": percent,
-                               "backends": backends(ctx.workload, weights)}
-    if step is not None:
-        params["step"], params["steps"] = step
-    ctx.steps.add(StepType.SHIFT_TRAFFIC, route_name(ctx.name), params, why)
 
 
 def incremental_upgrade(ctx: Ctx, target: str, serve: Mapping[str, object],
@@ -164,14 +53,14 @@ def incremental_upgrade(ctx: Ctx, target: str, serve: Mapping[str, object],
     to it weight step by weight step (each held, analysed, maybe paused), then promote."""
     old = ctx.live.active
     assert old is not None
-    options = _options(ctx)
+    options = upgrade_options(ctx)
     analysis = read_analysis(ctx.workload.manifest)
     ctx.abandon_pending(keep=target, revert=False)
     ctx.cleanup_previous()
     ctx.build_new_cluster(target, serve, serve_hash,
                        target_capacity=options.max_surge_percent)
     ensure_routing(ctx, old)
-    _ensure_cluster_service(ctx, target)
+    ensure_cluster_service(ctx, target)
     moves = schedule(options)
     weights = [m.percent for m in moves if isinstance(m, Weight)]
     pauses = land_pauses(analysis.pauses, weights)[0] if analysis is not None else {}
@@ -206,7 +95,7 @@ def incremental_upgrade(ctx: Ctx, target: str, serve: Mapping[str, object],
 def _weight_step(ctx: Ctx, options: IncrementalOptions, analysis: Analysis | None,
                  old: str, new: str, percent: int, step: tuple[int, int],
                  pause: Pause | None) -> None:
-    _shift(ctx, old, new, percent, f"traffic step {step[0]}/{step[1]}: {percent} % to {new}",
+    shift(ctx, old, new, percent, f"traffic step {step[0]}/{step[1]}: {percent} % to {new}",
            step)
     if analysis is not None and analysis.checks:
         ctx.steps.add(StepType.RUN_ANALYSIS, new,
@@ -261,8 +150,8 @@ def incremental_rollback(ctx: Ctx, target: str, serve: Mapping[str, object],
                        "serveConfig": dict(serve), "serveConfigHash": serve_hash},
                       f"{target} takes all traffic again: full Serve capacity")
         ctx.wait_running(target, serve, serve_hash, f"check Serve is RUNNING on {target}")
-    _ensure_cluster_service(ctx, target)
-    _shift(ctx, old, target, 100, f"instant rollback: all traffic back to {target}")
+    ensure_cluster_service(ctx, target)
+    shift(ctx, old, target, 100, f"instant rollback: all traffic back to {target}")
     ctx.point_services(target, switch_only=True)
     ctx.steps.add(StepType.CANCEL_CLUSTER_DELETION, target, {"cluster": target},
                   f"keep {target}: it serves again")

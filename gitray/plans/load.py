@@ -35,12 +35,16 @@ from gitray.parsing.globs import matches_any
 from gitray.parsing.jsonschemas import document_errors
 from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.parsing.text import decode_text, format_path
-from gitray.parsing.yamlsafe import NodeBudget, YamlDocument, parse_documents
+from gitray.parsing.yamlsafe import YamlDocument, parse_documents
+from gitray.parsing.yamlwalk import NodeBudget
 from gitray.plans.fields import refused_path
 from gitray.plans.identity import check_identity, check_kind
+from gitray.plans.kustomize import Runner, kustomize_dirs, owned_by_kustomize
+from gitray.plans.kustomized import at_sources, render_kustomizations
 from gitray.plans.rules import (
     check_rules,
 )
+from gitray.plans.servefile import with_serve_file
 
 __all__ = [
     "MAX_DIAGNOSTICS_PER_FILE",
@@ -69,7 +73,8 @@ _CEL_UNEVALUATED = "CEL rule not evaluated by gitray"  # the start of such warni
 
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
                   memo: LoadMemo | None = None,
-                  kuberay: KubeRaySchemas | None = None) -> LoadResult:
+                  kuberay: KubeRaySchemas | None = None,
+                  kustomize: Runner | None = None) -> LoadResult:
     """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
 
     Ray workloads are judged by ``kuberay`` (the CRDs a cluster serves), else by the packaged
@@ -78,6 +83,9 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
 
     With a ``memo`` from earlier loads, files whose bytes (and settings) are unchanged are not
     parsed again: a new commit costs what it changed, not the size of the repository.
+
+    Kustomizations (``gitray.plans.kustomize``) are rendered with ``kustomize``, the runner of
+    ``kustomize build`` (``gitray.render.kustomize.run``); without one, each is a problem.
     """
     by_path = {f.path: f for f in snapshot.files}
     config_file = by_path.get(CONFIG_FILE)
@@ -98,13 +106,26 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     budget = NodeBudget(MAX_TOTAL_NODES)
     if memo is not None:
         memo.start()
-    for repo_file in _selected(snapshot, config, diagnostics):
+    results: list[tuple[str, _FileResult]] = []
+    kdirs = set(kustomize_dirs(snapshot.files))
+    rendered = render_kustomizations(snapshot, config, kustomize, diagnostics) if kdirs else {}
+    chosen = [f for f in _selected(snapshot, config, diagnostics)
+              if not owned_by_kustomize(f.path, kdirs)]
+    chosen += [RepoFile(r.virtual_path, r.text.encode()) for r in rendered.values()]
+    for repo_file in chosen:
         if budget.left < 0:
             break  # reported once, at the file that went over
-        found = _file(repo_file, config, kuberay, budget, memo)
+        results.append((repo_file.path, _file(repo_file, config, kuberay, budget, memo, by_path)))
+    serve_files = {path for _, found in results for path, _ in found.deps}
+    for path, found in results:
+        if path in serve_files:
+            continue  # a Serve config of a RayService (gitray.plans.servefile), not manifests
         workloads += found.workloads
         diagnostics += found.diagnostics
         warnings += found.warnings
+    if rendered:
+        workloads, diagnostics, warnings = at_sources(rendered, by_path, workloads,
+                                                       diagnostics, warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:
@@ -175,6 +196,8 @@ class _FileResult:
     diagnostics: tuple[Diagnostic, ...]
     nodes: int  # YAML values read, charged to the revision's budget
     warnings: tuple[Diagnostic, ...] = ()
+    # other files the result depends on (Serve config files): (path, digest when read)
+    deps: tuple[tuple[str, str], ...] = ()
 
 
 _MemoKey = tuple[Config, KubeRaySchemas, str, str]
@@ -220,13 +243,13 @@ def _digest(repo_file: RepoFile) -> str:
 
 
 def _file(repo_file: RepoFile, config: Config, kuberay: KubeRaySchemas, budget: NodeBudget,
-          memo: LoadMemo | None) -> _FileResult:
+          memo: LoadMemo | None, files: Mapping[str, RepoFile] | None = None) -> _FileResult:
     """The workloads and problems of one file (from the memo when its bytes are known)."""
     key = (config, kuberay, repo_file.path, _digest(repo_file)) \
         if memo is not None and repo_file.data is not None else None
     if key is not None and memo is not None:
         known = memo.get(key)
-        if known is not None:
+        if known is not None and not _deps_changed(known, files or {}):
             budget.left -= known.nodes
             if budget.left >= 0:
                 return known
@@ -235,15 +258,24 @@ def _file(repo_file: RepoFile, config: Config, kuberay: KubeRaySchemas, budget: 
     diagnostics: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     workloads: list[Workload] = []
+    deps: list[tuple[str, str]] = []
     for document in _documents(repo_file, budget, diagnostics):
-        workload = _workload(document, config, kuberay, diagnostics, warnings)
+        workload = _workload(document, config, kuberay, diagnostics, warnings, files or {}, deps)
         if workload is not None:
             workloads.append(workload)
     result = _FileResult(tuple(workloads), tuple(diagnostics), before - budget.left,
-                         tuple(warnings))
+                         tuple(warnings), tuple(deps))
     if key is not None and memo is not None and budget.left >= 0:
         memo.put(key, result)
     return result
+
+
+def _deps_changed(known: _FileResult, files: Mapping[str, RepoFile]) -> bool:
+    for path, digest in known.deps:
+        found = files.get(path)
+        if (_digest(found) if found is not None and found.data is not None else "") != digest:
+            return True
+    return False
 
 
 def _mib(size: int) -> str:
@@ -279,6 +311,7 @@ def _documents(
 def _workload(
     document: YamlDocument, config: Config, kuberay: KubeRaySchemas,
     diagnostics: list[Diagnostic], warnings: list[Diagnostic],
+    files: Mapping[str, RepoFile] | None = None, deps: list[tuple[str, str]] | None = None,
 ) -> Workload | None:
     value = document.value
     if not isinstance(value, dict):
@@ -294,7 +327,19 @@ def _workload(
     if kind is None:
         return None
     identity = check_identity(document, kind, config, diagnostics)
-    problems = check_rules(kind, document, warnings)
+    serve_file = None
+    if kind == Kind.RAY_SERVICE:
+        document, serve_file = with_serve_file(document, files or {})
+        if serve_file is not None and serve_file.path is not None and deps is not None:
+            found = (files or {}).get(serve_file.path)
+            deps.append((serve_file.path, _digest(found)
+                         if found is not None and found.data is not None else ""))
+        if serve_file is not None and serve_file.problems:
+            diagnostics.extend(serve_file.problems)
+            return None
+    value = document.value
+    problems = check_rules(kind, document, warnings,
+                           serve_file.path if serve_file is not None else None)
     if kind in _RAY_KINDS:
         problems += _schema_problems(document, kind, kuberay, warnings)
     diagnostics.extend(problems)

@@ -48,6 +48,7 @@ from gitray.plans.names import (
     template_hash,
 )
 from gitray.plans.serveservice import (
+    head_ports,
     serve_service_hash,
     serve_service_ports,
     serve_service_template,
@@ -55,9 +56,7 @@ from gitray.plans.serveservice import (
 )
 
 __all__ = [
-    "DEFAULT_HEAD_PORTS",
     "cluster_manifest",
-    "head_ports",
     "job_manifest",
     "managed_labels",
     "object_manifest",
@@ -66,15 +65,6 @@ __all__ = [
     "service_manifest",
     "service_selector",
 ]
-
-# KubeRay's default head ports by name (REFERENCE.md); a manifest's named ports win.
-DEFAULT_HEAD_PORTS: dict[str, int] = {
-    "gcs-server": 6379,
-    "dashboard": 8265,
-    "client": 10001,
-    "serve": 8000,
-}
-
 
 # Annotations only gitray writes; a manifest from Git cannot set them.
 _OWN_ANNOTATIONS = frozenset({ANN_WORKLOAD_KEY, ANN_SPEC_HASH, ANN_CLUSTER_HASH,
@@ -143,18 +133,6 @@ def service_cluster_manifest(workload: Workload, instance: str,
     )
     return {"apiVersion": API_VERSION_RAY, "kind": Kind.RAY_CLUSTER.value, "metadata": meta,
             "spec": config}
-
-
-def head_ports(cluster_spec: Mapping[str, JSON]) -> dict[str, int]:
-    """Named container ports of the head's first container, over KubeRay's defaults."""
-    ports = dict(DEFAULT_HEAD_PORTS)
-    head = cluster_spec.get("headGroupSpec") or {}
-    containers = ((head.get("template") or {}).get("spec") or {}).get("containers") or []
-    if containers and isinstance(containers[0], dict):
-        for port in containers[0].get("ports") or []:
-            if isinstance(port, dict) and port.get("name") and port.get("containerPort"):
-                ports[str(port["name"])] = int(port["containerPort"])
-    return ports
 
 
 def serves_from_workers_only(workload: Workload) -> bool:

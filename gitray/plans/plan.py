@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gitray.core.model import JSON, ObjectKey, SourceLocation
-
-if TYPE_CHECKING:  # gitray.plans.resources builds on Step: imported where used
-    from gitray.plans.resources import ResourceChange
+from gitray.plans.quantities import (
+    ResourceChange,
+    resource_change_from_json,
+    resource_change_to_json,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -38,7 +40,8 @@ READABLE_FORMAT_VERSIONS = (1, 2)  # a version-1 plan is a version-2 plan withou
 
 
 class StepType(StrEnum):
-    """Every kind of step a plan may hold. The values are the wire format."""
+    """Every kind of step a plan may hold. The values are the wire format; what each means
+    is its row in the step registry (``gitray.plans.steptypes``)."""
 
     CREATE_CLUSTER = "create-cluster"
     UPDATE_CLUSTER = "update-cluster"
@@ -63,13 +66,6 @@ class StepType(StrEnum):
     WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
     RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
     PAUSE = "pause"  # timed, or until `gitray promote`
-
-    @property
-    def mutates(self) -> bool:
-        """Whether the step changes the cluster (wait steps only observe; an analysis may
-        roll back, so it counts as mutating)."""
-        return self not in {StepType.WAIT_CLUSTER_READY, StepType.WAIT_SERVE_RUNNING,
-                            StepType.WAIT_JOB, StepType.WAIT_INTERVAL, StepType.PAUSE}
 
 
 class Action(StrEnum):
@@ -192,8 +188,6 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         if w.source is not None:
             item["source"] = {"path": w.source.path, "line": w.source.line, "col": w.source.col}
         if w.resources is not None:
-            from gitray.plans.resources import resource_change_to_json
-
             item["resources"] = resource_change_to_json(w.resources)
         workloads.append(item)
     return {
@@ -229,8 +223,6 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
     callers validate against the schema first for a readable error."""
     if data.get("formatVersion") not in READABLE_FORMAT_VERSIONS:
         raise ValueError(f"unsupported plan formatVersion {data.get('formatVersion')!r}")
-    from gitray.plans.resources import resource_change_from_json
-
     workloads = []
     for item in data["workloads"]:
         k = item["workload"]

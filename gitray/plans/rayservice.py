@@ -30,12 +30,7 @@ from gitray.core.model import (
 )
 from gitray.plans.diff import subset_changes
 from gitray.plans.fields import UPGRADE_NONE, foreign_manager, upgrade_type
-from gitray.plans.incremental import (
-    ensure_routing,
-    incremental,
-    incremental_rollback,
-    incremental_upgrade,
-)
+from gitray.plans.incremental import incremental_rollback, incremental_upgrade
 from gitray.plans.inplace import InPlace, judge_in_place, live_cluster_hash, refusal_message
 from gitray.plans.manifests import (
     service_cluster_manifest,
@@ -49,6 +44,7 @@ from gitray.plans.names import (
     service_cluster_name,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.routing import ensure_routing, incremental
 from gitray.plans.rscontext import Ctx, RayServiceLive, read_rayservice_live
 from gitray.plans.steps import StepList, delete_params, live_wave
 

@@ -6,17 +6,17 @@ All three render from the same :class:`~gitray.plans.plan.Plan`; output is deter
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import TextIO
 
 from gitray.core.model import JSON
-from gitray.plans.plan import Action, FieldChange, Plan, Step, StepType, WorkloadPlan, plan_to_json
-from gitray.plans.resources import summary_line as resource_summary
+from gitray.plans.plan import Action, FieldChange, Plan, StepType, WorkloadPlan, plan_to_json
+from gitray.plans.quantities import summary_line as resource_summary
 from gitray.plans.sensitive import SENSITIVE
+from gitray.plans.steptypes import describe_step
 
-__all__ = ["COMMENT_MARKER", "Format", "describe_step", "json_chunks", "render", "summary_line",
-           "write_plan"]
+__all__ = ["COMMENT_MARKER", "Format", "json_chunks", "render", "summary_line", "write_plan"]
 
 COMMENT_MARKER = "<!-- gitray-plan -->"
 _PODS_NOTE = "pod requests; a range is minReplicas..maxReplicas"
@@ -37,116 +37,6 @@ _VERBS = {
 }
 _COLOURS = {Action.CREATE: "32", Action.UPDATE: "33", Action.REPLACE: "35",
             Action.DELETE: "31", Action.NOOP: "0"}
-
-
-def _duration(seconds: JSON) -> str:
-    if not isinstance(seconds, int):
-        return "?"
-    if seconds and seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
-
-
-def _apps(params: Mapping[str, JSON]) -> str:
-    apps = (params.get("serveConfig") or {}).get("applications") or []
-    names = [str(a.get("name", "default")) for a in apps if isinstance(a, dict)]
-    return f"{len(names)} application{'s' if len(names) != 1 else ''}: {', '.join(names)}"
-
-
-def describe_step(step: Step) -> str:
-    """One plain-English line for a step."""
-    p, t = step.params, step.target
-    match step.type:
-        case StepType.CREATE_CLUSTER:
-            return f"create RayCluster {t}"
-        case StepType.UPDATE_CLUSTER if p.get("recreatePods"):
-            return (f"update RayCluster {t}: KubeRay recreates all its pods with the new "
-                    "template (upgradeStrategy Recreate)")
-        case StepType.UPDATE_CLUSTER if p.get("newPodsOnly"):
-            return f"update RayCluster {t}: only pods created from now on get the new template"
-        case StepType.UPDATE_CLUSTER:
-            keep = " (keeping the autoscaler's replicas)" if p.get("preserveLiveReplicas") else ""
-            return f"update RayCluster {t} in place{keep}"
-        case StepType.WAIT_CLUSTER_READY:
-            timeout = _duration(p.get("timeoutSeconds"))
-            return f"wait for {t} to be ready (head pod ready, timeout {timeout})"
-        case StepType.DEPLOY_SERVE if isinstance(p.get("targetCapacity"), int):
-            return (f"deploy the Serve config to {t} at target_capacity "
-                    f"{p['targetCapacity']} % ({_apps(p)})")
-        case StepType.DEPLOY_SERVE:
-            return f"deploy the Serve config to {t} ({_apps(p)})"
-        case StepType.WAIT_SERVE_RUNNING:
-            return (f"wait for every Serve application on {t} to be RUNNING "
-                    f"(timeout {_duration(p.get('timeoutSeconds'))})")
-        case StepType.CREATE_SERVICE:
-            return f"create Service {t} -> {p.get('cluster')}"
-        case StepType.SWITCH_SERVICE if p.get("from") == p.get("cluster"):
-            return f"change which pods of {p.get('cluster')} Service {t} selects"
-        case StepType.SWITCH_SERVICE:
-            return f"switch Service {t}: {p.get('from') or '(none)'} -> {p.get('cluster')}"
-        case StepType.DELETE_SERVICE:
-            return f"delete Service {t}"
-        case StepType.SCHEDULE_CLUSTER_DELETION:
-            return f"schedule deletion of old cluster {t} in {_duration(p.get('delaySeconds'))}"
-        case StepType.CANCEL_CLUSTER_DELETION:
-            return f"cancel the scheduled deletion of {t}"
-        case StepType.DELETE_CLUSTER:
-            return f"delete RayCluster {t}"
-        case StepType.CANCEL_UPGRADE:
-            return f"cancel the upgrade: delete pending cluster {t}"
-        case StepType.CREATE_JOB:
-            return f"start RayJob run {t}"
-        case StepType.WAIT_JOB:
-            return f"wait for run {t} to finish (timeout {_duration(p.get('timeoutSeconds'))})"
-        case StepType.DELETE_JOB:
-            return f"delete RayJob run {t}"
-        case StepType.APPLY_OBJECT:
-            kind = (p.get("manifest") or {}).get("kind", "object")
-            return f"apply {kind} {t}"
-        case StepType.DELETE_OBJECT:
-            return f"delete {p.get('kind', 'object')} {t}"
-        case StepType.SET_SERVE_CAPACITY:
-            return f"set Serve target_capacity of {t} to {p.get('targetCapacity')} %"
-        case StepType.SHIFT_TRAFFIC:
-            return _shift(p, t)
-        case StepType.WAIT_INTERVAL:
-            return f"hold {p.get('percent')} % on {t} for {_duration(p.get('seconds'))}"
-        case StepType.RUN_ANALYSIS:
-            return _analysis(p, t)
-        case StepType.PAUSE if p.get("untilPromoted"):
-            return f"pause at {p.get('percent')} % until `{p.get('promote')}`"
-        case StepType.PAUSE:
-            return f"pause at {p.get('percent')} % for {_duration(p.get('seconds'))}"
-    return f"{step.type.value} {t}"  # pragma: no cover - match is exhaustive
-
-
-def _shift(p: Mapping[str, JSON], route: str) -> str:
-    new, old, percent = p.get("cluster"), p.get("from"), p.get("percent")
-    if new == old:
-        return f"send all traffic to {new} (HTTPRoute {route})"
-    step = f" step {p.get('step')}/{p.get('steps')}" if p.get("step") else ""
-    rest = 100 - percent if isinstance(percent, int) else "?"
-    return f"shift traffic{step}: {percent} % to {new}, {rest} % to {old} (HTTPRoute {route})"
-
-
-def _check(check: Mapping[str, JSON]) -> str:
-    match check.get("type"):
-        case "success-rate":
-            return f"success rate >= {check.get('min')} %"
-        case "latency":
-            return f"p{check.get('percentile')} latency <= {check.get('maxMs')} ms"
-        case "webhook":
-            return f"webhook {check.get('name')}"
-    return "Serve health"
-
-
-def _analysis(p: Mapping[str, JSON], cluster: str) -> str:
-    checks = ", ".join(_check(c) for c in p.get("checks") or [] if isinstance(c, dict))
-    limit = p.get("failureLimit")
-    return (f"analyse {cluster} at {p.get('percent')} % over {_duration(p.get('windowSeconds'))}"
-            f": {checks} (roll back after {limit} failed analys{'i' if limit == 1 else 'e'}s)")
 
 
 def _value(value: JSON) -> str:

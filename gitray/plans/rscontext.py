@@ -3,7 +3,8 @@
 
 ``gitray.plans.rayservice`` decides which strategy a change takes (first rollout, in place,
 blue-green, instant rollback; ``gitray.plans.incremental`` for weighted traffic steps); the
-moves here are what those strategies are made of.
+moves here are what those strategies are made of (the Gateway routing ones:
+``gitray.plans.routing``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ from gitray.core.model import (
 )
 from gitray.core.timefmt import parse_timestamp
 from gitray.plans.diff import full_changes, subset_changes
-from gitray.plans.incremental import (
-    drop_cluster_service,
-    forget_backend,
-    incremental,
-    restore_traffic,
-)
 from gitray.plans.manifests import (
     serves_from_workers_only,
     service_cluster_manifest,
@@ -41,6 +36,12 @@ from gitray.plans.names import (
     head_service_name,
 )
 from gitray.plans.plan import FieldChange, StepType
+from gitray.plans.routing import (
+    drop_cluster_service,
+    forget_backend,
+    incremental,
+    restore_traffic,
+)
 from gitray.plans.serveservice import serve_service_hash, wanted_serve_service_name
 from gitray.plans.steps import StepList, delete_params
 

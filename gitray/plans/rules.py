@@ -38,10 +38,13 @@ _SERVE = ("spec", "serveConfigV2")
 
 
 def check_rules(kind: str, document: YamlDocument,
-                warnings: list[Diagnostic] | None = None) -> list[Diagnostic]:
+                warnings: list[Diagnostic] | None = None,
+                serve_file: str | None = None) -> list[Diagnostic]:
     """Problems with gitray's rules for one manifest (identity checks are the loader's).
 
     Findings that do not stop a revision (keys Ray Serve ignores) go to ``warnings``.
+    ``serve_file``: the repository file ``spec.serveConfigV2`` was read from
+    (``gitray.plans.servefile``); its problems are placed at that file's lines.
     """
     manifest = document.value
     spec = manifest.get("spec")
@@ -51,7 +54,7 @@ def check_rules(kind: str, document: YamlDocument,
         name, namespace = str(meta.get("name") or ""), meta.get("namespace")
         if warnings is not None:
             warnings += serve_service_warnings(document, spec)
-        return (_rayservice(document, spec, warnings) + refused_fields(document, spec)
+        return (_rayservice(document, spec, warnings, serve_file) + refused_fields(document, spec)
                 + serve_service_problems(document, name, namespace if isinstance(namespace, str)
                                          else None, spec)
                 + _analysis(document, spec))
@@ -61,7 +64,8 @@ def check_rules(kind: str, document: YamlDocument,
 
 
 def _rayservice(document: YamlDocument, spec: dict[str, Any],
-                warnings: list[Diagnostic] | None) -> list[Diagnostic]:
+                warnings: list[Diagnostic] | None,
+                serve_file: str | None = None) -> list[Diagnostic]:
     problems: list[Diagnostic] = []
     if not isinstance(spec.get("rayClusterConfig"), dict):
         problems.append(
@@ -89,7 +93,7 @@ def _rayservice(document: YamlDocument, spec: dict[str, Any],
             )
         )
         return problems
-    problems.extend(_serve_config(document, text, warnings))
+    problems.extend(_serve_config(document, text, warnings, serve_file))
     return problems
 
 
@@ -108,8 +112,11 @@ def _analysis(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
 
 
 def _serve_config(document: YamlDocument, text: str,
-                  warnings: list[Diagnostic] | None) -> list[Diagnostic]:
+                  warnings: list[Diagnostic] | None,
+                  serve_file: str | None = None) -> list[Diagnostic]:
     def at(inner: SourceLocation | None, message: str) -> Diagnostic:
+        if serve_file is not None:  # read from its own file: the inner positions are its own
+            return Diagnostic(inner or SourceLocation(serve_file), f"serveConfigV2: {message}")
         # located only when reported: positions cost a second reading of the file
         key = document.locate(_SERVE)
         literal = document.literals.get(_SERVE)
@@ -121,7 +128,7 @@ def _serve_config(document: YamlDocument, text: str,
             return Diagnostic(where, f"spec.serveConfigV2: {message}")
         return Diagnostic(key, f"spec.serveConfigV2 (its line {inner.line}): {message}")
 
-    inner_docs, problems = parse_documents(text, document.start.path)
+    inner_docs, problems = parse_documents(text, serve_file or document.start.path)
     if problems:
         return [at(p.location, p.message) for p in problems]
     if not inner_docs:

@@ -25,11 +25,32 @@ from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlsafe import YamlDocument
 from gitray.plans.names import head_service_name, serve_service_name
 
-__all__ = ["serve_service_hash", "serve_service_ports", "serve_service_problems",
-           "serve_service_template", "serve_service_warnings", "wanted_serve_service_name"]
+__all__ = ["DEFAULT_HEAD_PORTS", "head_ports", "serve_service_hash", "serve_service_ports",
+           "serve_service_problems", "serve_service_template", "serve_service_warnings",
+           "wanted_serve_service_name"]
 
 _TEMPLATE: JsonPath = ("spec", "serveService")
 _SERVICE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # DNS-1035 label, as for Services
+
+# KubeRay's default head ports by name (REFERENCE.md); a manifest's named ports win.
+DEFAULT_HEAD_PORTS: dict[str, int] = {
+    "gcs-server": 6379,
+    "dashboard": 8265,
+    "client": 10001,
+    "serve": 8000,
+}
+
+
+def head_ports(cluster_spec: Mapping[str, JSON]) -> dict[str, int]:
+    """Named container ports of the head's first container, over KubeRay's defaults."""
+    ports = dict(DEFAULT_HEAD_PORTS)
+    head = cluster_spec.get("headGroupSpec") or {}
+    containers = ((head.get("template") or {}).get("spec") or {}).get("containers") or []
+    if containers and isinstance(containers[0], dict):
+        for port in containers[0].get("ports") or []:
+            if isinstance(port, dict) and port.get("name") and port.get("containerPort"):
+                ports[str(port["name"])] = int(port["containerPort"])
+    return ports
 
 
 def serve_service_template(spec: Mapping[str, JSON]) -> Mapping[str, Any] | None:
@@ -69,8 +90,6 @@ def serve_service_warnings(document: YamlDocument, spec: Mapping[str, JSON]) -> 
     template = serve_service_template(spec)
     if template is None:
         return []
-    from gitray.plans.manifests import head_ports  # manifests builds on this module
-
     serving = sorted(n for n in head_ports(_mapping(spec.get("rayClusterConfig")))
                      if _serving(n))
     found = []

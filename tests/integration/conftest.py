@@ -12,7 +12,6 @@
   fresh state dir and stops it at session end. One real node per machine: it waits (bounded)
   for another one to go.
 - `namespace` (function): name of a fresh namespace, deleted (and its pods gone) after the test.
-- `realnode` / `node_namespace`: the same, named for tests about the real node itself.
 - Tests marked `own_node` start an environment with the real node of their own; they are run
   first (the session's environment holds the machine's one real node from its start to the end
   of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`.
@@ -34,7 +33,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +44,7 @@ from tests.testenv.helpers import (
     TestEnv,
     drop_namespace,
     environment,
+    make_namespace,
     wait_for,
 )
 
@@ -92,12 +91,6 @@ def gateway(testenv: TestEnv) -> dict[str, str]:
     return {"web": str(traefik["web"]), "metrics": str(traefik["metrics"])}
 
 
-@pytest.fixture(scope="session")
-def realnode(testenv: TestEnv) -> TestEnv:
-    """The session's environment, named for tests that are about the real node itself."""
-    return testenv
-
-
 @pytest.fixture(scope="module")
 def kwokenv() -> Iterator[TestEnv]:
     try:
@@ -108,16 +101,8 @@ def kwokenv() -> Iterator[TestEnv]:
 
 
 @pytest.fixture
-def node_namespace(namespace: str) -> str:
-    return namespace
-
-
-@pytest.fixture
 def namespace(testenv: TestEnv) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    name = make_namespace(testenv)
     try:
         yield name
     finally:
@@ -135,10 +120,7 @@ def remote(tmp_path: Path) -> tuple[Path, GitOpsRepo]:
 
 @pytest.fixture
 def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"k-{uuid.uuid4().hex[:8]}"
-    kwokenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    name = make_namespace(kwokenv, "k")
     try:
         yield name
     finally:

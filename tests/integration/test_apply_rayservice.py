@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gitray.core.model import ObjectKey
-from gitray.engine.progress import ProgressStore, Record, RunState
+from gitray.engine.progress import RecordReader
+from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
 from tests.integration.gitops import (
@@ -66,16 +67,9 @@ class Cluster:
     def record(self, key: ObjectKey) -> Record | None:
         kube = Kube.connect(KubeSettings(kubeconfig=self.env.kubeconfig))
         try:
-            return ProgressStore(kube, self.ns, "gitray", _ReadOnly()).load(key)
+            return RecordReader(kube, self.ns, "gitray").load(key)
         finally:
             kube.close()
-
-
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import GREETER, NEW_IMAGE, GitOpsRepo, example_rayservice
+from tests.integration.harness import ray_clusters
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -36,13 +37,6 @@ def push(work: GitOpsRepo, message: str, files: dict[str, str | None]) -> str:
     sha = work.commit(message, files)
     work.git("push", "-q", "origin", "main")
     return sha
-
-
-def clusters(testenv: TestEnv, ns: str) -> list[str]:
-    items = testenv.custom.list_namespaced_custom_object("ray.io", "v1", ns,
-                                                         "rayclusters")["items"]
-    return sorted(i["metadata"]["name"] for i in items
-                  if not i["metadata"].get("deletionTimestamp"))
 
 
 def serving(testenv: TestEnv, ns: str) -> str | None:
@@ -74,7 +68,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
         "4s", namespace, status={"provider": "git-notes"}), "svc.yaml": rs(namespace)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",
                                       f'revision="{first}"') == 1 or None, timeout=240)
-    (blue,) = clusters(testenv, namespace)
+    (blue,) = ray_clusters(testenv, namespace)
     context = f"gitray/{namespace}/RayService/{SVC}"
     wait_for(lambda: notes(bare, first).get("gitray", {}).get("state") == "success" or None,
              timeout=30)
@@ -95,7 +89,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
                                       f'revision="{second}"') == 1 or None, timeout=240)
     green = serving(testenv, namespace)
     assert green is not None and green != blue
-    wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)  # deleted
+    wait_for(lambda: ray_clusters(testenv, namespace) == [green] or None, timeout=60)  # deleted
 
     broken = push(work, "broken", {"svc.yaml": dump(example_rayservice(
         namespace, revision=2,
@@ -103,7 +97,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     wait_for(lambda: sync_proc.metric("gitray_workloads", 'outcome="failed"') == 1 or None,
              timeout=240)
     assert serving(testenv, namespace) == green
-    wait_for(lambda: clusters(testenv, namespace) == [green] or None, timeout=60)
+    wait_for(lambda: ray_clusters(testenv, namespace) == [green] or None, timeout=60)
     assert "DEPLOY_FAILED" in sync_proc.logs() and broken[:7] in sync_proc.logs()
     wait_for(lambda: notes(bare, broken).get(context, {}).get("state") == "failure" or None,
              timeout=30)
@@ -119,7 +113,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     assert sync_proc.get("/healthz")[0] == 200
     code, body = sync_proc.get("/readyz")
     assert code == 200 and "cannot fetch" in json.loads(body)["git"]
-    assert clusters(testenv, namespace) == [green]
+    assert ray_clusters(testenv, namespace) == [green]
     bare.with_suffix(".gone").rename(bare)
     fixed = push(work, "fixed", {"svc.yaml": rs(namespace, image=NEW_IMAGE)})
     wait_for(lambda: sync_proc.metric("gitray_last_synced_revision_info",

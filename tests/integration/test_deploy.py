@@ -41,7 +41,8 @@ from gitray.core.model import (
     ObjectKey,
     SourceLocation,
 )
-from gitray.engine.progress import ProgressStore, RunState, StepRecord, StepStatus, utc_now
+from gitray.engine.progress import ProgressStore
+from gitray.engine.record import RunState, StepRecord, StepStatus, utc_now
 from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease

@@ -25,7 +25,6 @@ import signal
 import statistics
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,7 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.failpoints import Point
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.k8s.client import Kube
-from gitray.k8s.settings import KubeSettings
+from gitray.engine.record import Record, RunState
 from tests.integration.chaos import (
     ClusterWatch,
     Replica,
@@ -50,12 +47,20 @@ from tests.integration.chaos import (
     start_replica,
 )
 from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.integration.harness import (
+    all_answered,
+    load_record,
+    ray_clusters,
+    selected_cluster,
+    wait_converged,
+)
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import (
     EnvUnavailable,
     TestEnv,
     drop_namespace,
     environment,
+    make_namespace,
     wait_for,
 )
 from tests.testenv.load import LoadGenerator, LoadResult
@@ -74,44 +79,6 @@ BOUNDARIES = [(1, "create-cluster", Point.STEP_DONE), (1, "create-cluster", Poin
               (6, "switch-service-serve", Point.STEP_RECORDED)]
 TAKEOVERS: list[float] = []
 TRAFFIC: dict[str, LoadResult] = {}  # scenario -> real requests to the serve Service's ClusterIP
-
-
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
-
-
-def load_record(kubeconfig: str, namespace: str) -> Record | None:
-    kube = Kube.connect(KubeSettings(kubeconfig=kubeconfig))
-    try:
-        return ProgressStore(kube, namespace, "gitray", _ReadOnly()).load(
-            ObjectKey("RayService", namespace, SVC))
-    finally:
-        kube.close()
-
-
-def live_clusters(env: TestEnv, ns: str) -> list[str]:
-    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
-    return sorted(i["metadata"]["name"] for i in items
-                  if not i["metadata"].get("deletionTimestamp"))
-
-
-def selected(env: TestEnv, ns: str, service: str) -> str | None:
-    try:
-        svc = env.core.read_namespaced_service(service, ns)
-    except Exception:
-        return None
-    return (svc.spec.selector or {}).get("ray.io/cluster")
-
-
-def make_namespace(env: TestEnv) -> str:
-    from kubernetes import client
-
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    return name
 
 
 def rs(ns: str, revision: int = 0) -> str:
@@ -162,23 +129,12 @@ class Fleet:
         return wait_for(find, timeout=60, interval=0.2, what="a live leader")
 
     def record(self) -> Record | None:
-        return load_record(self.env.kubeconfig, self.ns)
+        return load_record(self.env.kubeconfig, self.ns, ObjectKey("RayService", self.ns, SVC))
 
     def converged(self, sha: str, timeout: float = 600) -> Record:
-        def done() -> Record | None:
-            rec = self.record()
-            if rec is None or rec.revision != sha:
-                return None
-            if rec.state is RunState.FAILED:
-                raise AssertionError(f"the run failed: {rec.reason}\n{self.logs()}")
-            if rec.state is not RunState.SUCCEEDED:
-                return None
-            new = rec.plan.steps[0].target
-            if selected(self.env, self.ns, f"{SVC}-serve-svc") != new \
-                    or selected(self.env, self.ns, f"{SVC}-head-svc") != new:
-                return None
-            return rec
-        return wait_for(done, timeout=timeout, interval=0.5, what=f"{sha[:7]} converged")
+        return wait_converged(self.record, sha,
+                              lambda svc: selected_cluster(self.env, self.ns, svc),
+                              [f"{SVC}-serve-svc", f"{SVC}-head-svc"], self.logs, timeout)
 
     def not_failed(self, sha: str) -> None:
         rec = self.record()
@@ -187,7 +143,7 @@ class Fleet:
 
     def only_active_left(self, rec: Record) -> None:
         new = rec.plan.steps[0].target
-        wait_for(lambda: live_clusters(self.env, self.ns) == [new] or None, timeout=120,
+        wait_for(lambda: ray_clusters(self.env, self.ns) == [new] or None, timeout=120,
                  what=f"old cluster deleted, only {new} left")
         # and its pods gone (real memory; and a head still answering on an IP the next pod
         # gets would be taken for the next cluster's)
@@ -254,9 +210,7 @@ def check_requests(name: str, result: LoadResult) -> None:
     # when requests failed, when they were sent (UTC), to set beside the replicas' step lines
     failed_at = [time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d} {what}"
                  for t, what in result.timeline if what.startswith("!")]
-    assert result.sent > 0 and result.failed == 0, \
-        f"{name}: {result.summary()}; failed requests sent at {failed_at[:20]}"
-    assert set(result.bodies) == {"Hello, Ada!"}, (name, result.bodies)
+    all_answered(name, result, f"; failed requests sent at {failed_at[:20]}")
 
 
 def check_record_order(rec: Record) -> None:
@@ -493,21 +447,21 @@ def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Pat
             assert replica.alive(), replica.log.read_text()[-3000:]
 
             def converged() -> Record | None:
-                rec = load_record(env.kubeconfig, ns)
+                rec = load_record(env.kubeconfig, ns, ObjectKey("RayService", ns, SVC))
                 if rec is None or rec.state is not RunState.SUCCEEDED or rec.revision != sha:
                     return None
                 return rec
             rec = wait_for(converged, timeout=300, interval=1, what="converged after restart")
             cluster = rec.plan.steps[0].target
-            assert selected(env, ns, f"{SVC}-serve-svc") == cluster
-            assert selected(env, ns, f"{SVC}-head-svc") == cluster
+            assert selected_cluster(env, ns, f"{SVC}-serve-svc") == cluster
+            assert selected_cluster(env, ns, f"{SVC}-head-svc") == cluster
             assert [s.type for s in rec.steps][:4] == UPGRADE_STEPS[:4]
             assert all(s.status.value == "ok" for s in rec.steps)
             wait_done = next(s for s in rec.steps if s.type == "wait-serve-running")
             print(f"wait-serve-running {wait_done.started_at} -> {wait_done.finished_at}: "
                   f"{wait_done.message}")
             assert list(watch.uids_named().values()) == [cluster], watch.seen  # one cluster
-            assert live_clusters(env, ns) == [cluster]
+            assert ray_clusters(env, ns) == [cluster]
             services = [s.metadata.name for s in env.core.list_namespaced_service(ns).items]
             for name in (f"{SVC}-head-svc", f"{SVC}-serve-svc"):
                 assert services.count(name) == 1, services

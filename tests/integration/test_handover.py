@@ -39,9 +39,8 @@ from pathlib import Path
 
 from gitray.core.model import ObjectKey
 from gitray.core.timefmt import parse_timestamp
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.k8s.client import Kube
-from gitray.k8s.settings import KubeSettings
+from gitray.engine.record import Record, RunState
+from tests.integration import harness
 from tests.integration.chaos import Replica, holder_pid, isolated, start_replica
 from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
@@ -55,20 +54,8 @@ FIRST_ROLLOUT = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-s
 SLOW_STANDBY = ("--lease-duration", "60", "--renew-deadline", "40", "--retry-period", "30")
 
 
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
-
-
 def load_record(env: TestEnv, ns: str) -> Record | None:
-    kube = Kube.connect(KubeSettings(kubeconfig=env.kubeconfig))
-    try:
-        return ProgressStore(kube, ns, f"gitray-{ns}", _ReadOnly()).load(
-            ObjectKey("RayService", ns, SVC))
-    finally:
-        kube.close()
+    return harness.load_record(env.kubeconfig, ns, ObjectKey("RayService", ns, SVC))
 
 
 def suspended_service(ns: str) -> str:

@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
 from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.testenv.helpers import TestEnv, make_namespace, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
@@ -212,6 +212,19 @@ CASES: list[Case] = [
                      "apps/c.yaml": dump(configmap(ns, "c", "1")),
                      "apps/zz-bad.yaml": dump(configmap("kube-system", "zz", "1"))},
          (r"^apps/zz-bad\.yaml:6:3: namespace 'kube-system' is not in allowedNamespaces",)),
+    # Kustomizations (issue 32): refused before kustomize runs (tests/unit/test_kustomize.py
+    # has the renders that run: huge output, memory, time)
+    Case("kustomize_remote_base",
+         lambda ns: {"k/kustomization.yaml": "resources: ['https://example.com/base']\n"},
+         (r"^k/kustomization\.yaml:1:13: resources\[0\]: remote base .* refused",)),
+    Case("kustomize_escape",
+         lambda ns: {"k/kustomization.yaml": "resources: [../../../../etc]\n"},
+         (r"^k/kustomization\.yaml:1:13: resources\[0\]: '\.\./\.\./\.\./\.\./etc' leaves "
+          r"the repository",), worktree=True),
+    Case("kustomize_cycle",
+         lambda ns: {"a/kustomization.yaml": "resources: [../b]\n",
+                     "b/kustomization.yaml": "resources: [../a]\n"},
+         (r"^a/kustomization\.yaml:1:1: never rendered: .*a cycle of kustomizations",)),
     # Valid revisions that must not prune: the documented safe outcome is exit 0, nothing done.
     Case("empty_revision_with_live_workloads",
          lambda ns: {"apps/a.yaml": None, "apps/b.yaml": None, "clusters/lab.yaml": None},
@@ -242,10 +255,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(testenv: TestEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from kubernetes import client
-
-    ns = f"t-hostile-{uuid.uuid4().hex[:6]}"
-    testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    ns = make_namespace(testenv, "t-hostile")
     tmp = tmp_path_factory.mktemp("hostile")
     try:
         repo = GitOpsRepo(tmp / "repo")

@@ -31,17 +31,16 @@ from typing import Any
 import pytest
 
 from gitray.core.model import ObjectKey
-from gitray.engine.progress import ProgressStore, Record, RunState
-from gitray.k8s.client import Kube
-from gitray.k8s.settings import KubeSettings
+from gitray.engine.record import Record, RunState
 from tests.gitea.build import build_any, static_dir
 from tests.gitea.server import ADMIN, Gitea
 from tests.integration.chaos import ClusterWatch, lease_holder
 from tests.integration.gitops import CALC, GREETER, GitOpsRepo, real_node_rayservice
+from tests.integration.harness import all_answered, load_record, selected_cluster, wait_converged
 from tests.manifests import dump, serve_config
 from tests.testenv import gitray_image as gi
 from tests.testenv import node
-from tests.testenv.helpers import TestEnv, WaitTimeout, drop_namespace, wait_for
+from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
 from tests.testenv.load import LoadGenerator, LoadResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,13 +50,6 @@ WORKLOADS = "default"  # the namespace deploy/base binds gitray-workloads in
 SVC = "serve-demo"
 SELECTOR = "app.kubernetes.io/name=gitray,app.kubernetes.io/component=sync"
 FIGURES: dict[str, Any] = {}
-
-
-class _ReadOnly:
-    epoch = 0
-
-    def ensure_held(self) -> None:
-        raise AssertionError("reads only")
 
 
 def service(ns: str, revision: int, serve: str | None = None) -> str:
@@ -116,37 +108,14 @@ class InCluster:
         return "\n".join(out)
 
     def record(self) -> Record | None:
-        kube = Kube.connect(KubeSettings(kubeconfig=self.env.kubeconfig))
-        try:
-            return ProgressStore(kube, NS, "gitray", _ReadOnly()).load(
-                ObjectKey("RayService", WORKLOADS, SVC))
-        finally:
-            kube.close()
+        return load_record(self.env.kubeconfig, NS, ObjectKey("RayService", WORKLOADS, SVC))
 
     def selected(self, svc: str) -> str | None:
-        try:
-            got = self.env.core.read_namespaced_service(svc, WORKLOADS)
-        except Exception:
-            return None
-        return (got.spec.selector or {}).get("ray.io/cluster")
+        return selected_cluster(self.env, WORKLOADS, svc)
 
     def converged(self, sha: str, timeout: float = 600) -> Record:
-        def done() -> Record | None:
-            rec = self.record()
-            if rec is None or rec.revision != sha:
-                return None
-            if rec.state is RunState.FAILED:
-                raise AssertionError(f"the run failed: {rec.reason}\n{self.logs()}")
-            if rec.state is not RunState.SUCCEEDED:
-                return None
-            new = rec.plan.steps[0].target if rec.plan.steps else None
-            if new and self.selected(f"{SVC}-serve-svc") != new:
-                return None
-            return rec
-        try:
-            return wait_for(done, timeout=timeout, interval=1, what=f"{sha[:7]} converged")
-        except WaitTimeout as exc:
-            raise AssertionError(f"{exc}\nrecord: {self.record()}\n{self.logs()}") from None
+        return wait_converged(self.record, sha, self.selected, [f"{SVC}-serve-svc"], self.logs,
+                              timeout, interval=1)
 
     def status_for(self, sha: str, state: str, timeout: float = 120,
                    says: str = "") -> dict[str, Any]:
@@ -235,11 +204,10 @@ def incluster(testenv: TestEnv) -> Iterator[InCluster]:
         gitea.api("POST", "/user/repos", json={"name": repo, "private": True,
                                                 "auto_init": False, "default_branch": "main"})
         work.git("remote", "add", "origin", gitea.clone_url(repo))
-        testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-            name=unbound)))
+        make_namespace(testenv, name=unbound)
         # The namespace and the Secret first, as deploy/README.md says: a replica never starts
         # without its repository (and never with the base's placeholder URL).
-        testenv.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+        make_namespace(testenv, name=NS)
         testenv.core.create_namespaced_secret(NS, client.V1Secret(
             metadata=client.V1ObjectMeta(name="gitray-credentials"),
             string_data={"repo-url": gitea.clone_url(repo), "status-token": gitea.token}))
@@ -301,8 +269,7 @@ def takeover(f: InCluster, before: str, timeout: float = 180) -> tuple[str, floa
 def check_requests(name: str, result: LoadResult) -> None:
     FIGURES[f"{name}: requests"] = result.summary()
     print(f"{name}: {result.summary()}")
-    assert result.sent > 0 and result.failed == 0, f"{name}: {result.summary()}"
-    assert set(result.bodies) == {"Hello, Ada!"}, (name, result.bodies)
+    all_answered(name, result)
 
 
 def test_a_push_converges_through_the_in_cluster_replicas(incluster: InCluster) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from tests.integration.chaos import isolated, start_replica
 from tests.integration.gitops import GitOpsRepo, Gitray, incremental_rayservice, output
+from tests.integration.harness import ray_clusters
 from tests.manifests import dump, gitray_config
 from tests.testenv.gatewayenv import GATEWAY_CLASS
 from tests.testenv.helpers import TestEnv, get_text, wait_for
@@ -80,12 +81,6 @@ def _answer(url: str) -> str | None:
         return None
 
 
-def _clusters(env: TestEnv, ns: str) -> list[str]:
-    items = env.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")["items"]
-    return sorted(i["metadata"]["name"] for i in items
-                  if not i["metadata"].get("deletionTimestamp"))
-
-
 class _Gate(http.server.BaseHTTPRequestHandler):
     """A webhook gate: records each POSTed JSON body, answers 200."""
 
@@ -121,7 +116,7 @@ def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
     counters and histogram, and a webhook gate, at each of the four steps."""
     ns = namespace
     repo, gitray, url = setup
-    (old,) = _clusters(testenv, ns)
+    (old,) = ray_clusters(testenv, ns)
     gate_url, calls = gate
     repo.commit("v2", {"svc.yaml": dump(_rayservice(ns, 2, metrics=gateway["metrics"], checks=[
         {"type": "latency", "percentile": 95, "maxMs": 1000, "minRequests": 20},
@@ -136,7 +131,7 @@ def test_a_good_version_takes_the_traffic_step_by_step_without_a_failed_request(
             and "smoke" in line, line
     assert len(calls) == 4, calls
     new = next(c for c, w in log.changes[-1][1].items() if w == 100)
-    assert new != old and _clusters(testenv, ns) in ([new], sorted([old, new]))
+    assert new != old and ray_clusters(testenv, ns) in ([new], sorted([old, new]))
     assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
     shares = [(p.weights.get(new, 0), p.share("v2")) for p in ps if p.sent >= 50]
     assert [w for w, _ in shares if 0 < w < 100] == [25, 50, 75], describe(ps, "v2")
@@ -154,7 +149,7 @@ def test_a_version_failing_requests_is_rolled_back_by_the_analysis(
     the value it measured. Clients saw 500s only while v2 had its 25 %."""
     ns = namespace
     repo, gitray, url = setup
-    (old,) = _clusters(testenv, ns)
+    (old,) = ray_clusters(testenv, ns)
     repo.commit("v2 fails every 2nd request", {"svc.yaml": dump(_rayservice(
         ns, 2, metrics=gateway["metrics"], fail_every=2))})
     result, log, r, ps = _apply_under_load(testenv, ns, repo, gitray, url)
@@ -166,7 +161,7 @@ def test_a_version_failing_requests_is_rolled_back_by_the_analysis(
     new = next(c for c in log.changes[1][1] if c != old)
     # the weights went 100 % v1 -> 25 % v2 (held for a second analysis) -> 100 % v1
     assert [w for _, w in log.changes] == [{old: 100}, {old: 75, new: 25}, {old: 100}], log
-    wait_for(lambda: _clusters(testenv, ns) == [old] or None, 120, what=f"{new} deleted")
+    wait_for(lambda: ray_clusters(testenv, ns) == [old] or None, 120, what=f"{new} deleted")
     # every failed request is a 500 from v2 while it had traffic; none after the rollback
     assert set(r.failures) == {"http 500"}, r.summary()
     during, after = ps[-2], ps[-1]
@@ -205,7 +200,7 @@ def test_pause_promote_and_abort_through_the_daemon(
     sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon")
     try:
         assert wait_for(lambda: _answer(url), 300, what="v1 through the Gateway") == "v1"
-        (v1,) = _clusters(testenv, ns)
+        (v1,) = ray_clusters(testenv, ns)
         with RouteObserver(testenv.custom, ns, ROUTE) as log, \
                 LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load:
             _push(repo, "v2, paused at 50 %", {"svc.yaml": rs(2, 50)})
@@ -215,9 +210,10 @@ def test_pause_promote_and_abort_through_the_daemon(
             promoted = gitray.run("promote", f"{ns}/{SVC}")
             assert promoted.returncode == 0, output(promoted)
             assert "the pause at 50 %" in promoted.stdout, output(promoted)
-            wait_for(lambda: len(_clusters(testenv, ns)) == 1 != (v1 in _clusters(testenv, ns))
+            wait_for(lambda: len(ray_clusters(testenv, ns)) == 1
+                     != (v1 in ray_clusters(testenv, ns))
                      or None, 600, what="v2 promoted and v1 deleted")
-            (v2,) = _clusters(testenv, ns)
+            (v2,) = ray_clusters(testenv, ns)
             assert _answer(url) == "v2"
             # with v1 deleted, the route no longer names it
             wait_for(lambda: log.last() == {v2: 100} or None, 60, what="the route on v2 alone")
@@ -228,7 +224,7 @@ def test_pause_promote_and_abort_through_the_daemon(
             assert aborted.returncode == 0, output(aborted)
             wait_for(lambda: log.last() == {v2: 100} or None, 120,
                      what="all traffic back to v2")
-            wait_for(lambda: _clusters(testenv, ns) == [v2] or None, 120, what="v3 deleted")
+            wait_for(lambda: ray_clusters(testenv, ns) == [v2] or None, 120, what="v3 deleted")
             time.sleep(SETTLE_S + 6)
             load.stop()
         r = load.result()
@@ -238,7 +234,7 @@ def test_pause_promote_and_abort_through_the_daemon(
         assert _answer(url) == "v2"
         # the abort is a failed run at v3: not retried at that revision
         time.sleep(5)
-        assert _clusters(testenv, ns) == [v2]
+        assert ray_clusters(testenv, ns) == [v2]
     finally:
         sync.terminate()
     print(sync.log.read_text()[-4000:])

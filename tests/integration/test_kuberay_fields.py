@@ -57,15 +57,15 @@ def _apply(gitray: Gitray, repo: GitOpsRepo) -> subprocess.CompletedProcess[str]
 
 
 def test_upgrade_none_refuses_an_image_change_and_deploys_serve_in_place(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
                                   MANIFEST: dump(real_node_rayservice(ns, **NONE))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
-    (cluster,) = _rayclusters(realnode, ns)
-    before = _what_gitray_owns(realnode, ns)
+    (cluster,) = _rayclusters(testenv, ns)
+    before = _what_gitray_owns(testenv, ns)
 
     # an image change: KubeRay would ignore it under None; gitray refuses it by name
     repo.commit("new image", {MANIFEST: dump(real_node_rayservice(ns, OTHER_IMAGE, **NONE))})
@@ -81,7 +81,7 @@ def test_upgrade_none_refuses_an_image_change_and_deploys_serve_in_place(
     plan = gitray.run("plan", "--repo", str(repo.path))
     assert plan.returncode == 1 and "spec.upgradeStrategy.type: None" in plan.stderr, \
         output(plan)
-    assert _what_gitray_owns(realnode, ns) == before
+    assert _what_gitray_owns(testenv, ns) == before
 
     # a Serve-only change (the image change reverted): in place, on the same cluster and pods
     serve = serve_config(GREETER, CALC, HELLO)
@@ -91,10 +91,10 @@ def test_upgrade_none_refuses_an_image_change_and_deploys_serve_in_place(
     assert f"upgradeStrategy None: no new cluster; {cluster} is changed in place" \
         in in_place.stdout, output(in_place)
     assert "create-cluster" not in in_place.stdout and "switch-service" not in in_place.stdout
-    after = _what_gitray_owns(realnode, ns)
+    after = _what_gitray_owns(testenv, ns)
     assert list(after["clusters"]) == [cluster] and after["pods"] == before["pods"]
     assert after["clusters"][cluster][0] == before["clusters"][cluster][0]  # spec untouched
-    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    svc = testenv.core.read_namespaced_service("serve-demo-serve-svc", ns)
     answer = wait_for(lambda: get_text(f"http://{svc.spec.cluster_ip}:8000/hello"), 60,
                       what="the new app through the serve Service")
     assert answer == GREETING
@@ -109,18 +109,18 @@ TEMPLATE = {
 
 
 def test_a_custom_serve_service_survives_a_blue_green_upgrade(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     repo.commit("first rollout", {
         "gitray.yaml": gitray_config("10s", ns),
         MANIFEST: dump(real_node_rayservice(ns, serveService=TEMPLATE))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
-    (blue,) = _rayclusters(realnode, ns)
+    (blue,) = _rayclusters(testenv, ns)
 
     def check(cluster: str) -> str:
-        svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+        svc = testenv.core.read_namespaced_service("serve-demo-serve-svc", ns)
         assert svc.metadata.labels["team"] == "search"
         assert svc.metadata.annotations["example.com/owner"] == "search-team"
         assert [(p.name, p.port, p.target_port) for p in svc.spec.ports] == \
@@ -135,9 +135,9 @@ def test_a_custom_serve_service_survives_a_blue_green_upgrade(
         ns, OTHER_IMAGE, serveService=TEMPLATE))})
     upgrade = _apply(gitray, repo)
     assert upgrade.returncode == 0, output(upgrade)
-    green = next(n for n in _rayclusters(realnode, ns) if n != blue)
+    green = next(n for n in _rayclusters(testenv, ns) if n != blue)
     assert check(green) == ip  # the same Service: labels, annotations, port and clusterIP kept
-    head = realnode.core.read_namespaced_service("serve-demo-head-svc", ns)
+    head = testenv.core.read_namespaced_service("serve-demo-head-svc", ns)
     assert "team" not in (head.metadata.labels or {})  # the template is the serve Service's
 
 
@@ -152,21 +152,21 @@ def _workers_serve(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_exclude_head_pod_from_serve_svc_selects_only_the_ray_workers(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     repo.commit("first rollout", {
         "gitray.yaml": gitray_config("10s", ns),
         MANIFEST: dump(_workers_serve(real_node_rayservice(ns, excludeHeadPodFromServeSvc=True)))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
-    (cluster,) = _rayclusters(realnode, ns)
-    head = realnode.cluster_pods(ns, cluster, "head")
-    workers = realnode.cluster_pods(ns, cluster, "worker")
+    (cluster,) = _rayclusters(testenv, ns)
+    head = testenv.cluster_pods(ns, cluster, "head")
+    workers = testenv.cluster_pods(ns, cluster, "worker")
     assert len(head) == 1 and len(workers) == 1
-    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    svc = testenv.core.read_namespaced_service("serve-demo-serve-svc", ns)
     assert svc.spec.selector["ray.io/node-type"] == "worker"
-    endpoints = wait_for(lambda: realnode.endpoint_addresses(ns, "serve-demo-serve-svc"), 60,
+    endpoints = wait_for(lambda: testenv.endpoint_addresses(ns, "serve-demo-serve-svc"), 60,
                          what="serve Service endpoints")
     assert endpoints == [workers[0].status.pod_ip] != [head[0].status.pod_ip]
     url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
@@ -175,15 +175,15 @@ def test_exclude_head_pod_from_serve_svc_selects_only_the_ray_workers(
 
 
 def test_a_rayservice_managed_by_another_controller_is_left_alone(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
     """gitray ran it first; handed over to MultiKueue (and changed), it is never touched."""
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     repo.commit("ours first", {"gitray.yaml": gitray_config("10s", ns),
                                MANIFEST: dump(real_node_rayservice(ns))})
     first = _apply(gitray, repo)
     assert first.returncode == 0, output(first)
-    before = _what_gitray_owns(realnode, ns)
+    before = _what_gitray_owns(testenv, ns)
     assert len(before["clusters"]) == 1
 
     theirs = real_node_rayservice(ns, OTHER_IMAGE, serve_config(GREETER, CALC, HELLO),
@@ -197,7 +197,7 @@ def test_a_rayservice_managed_by_another_controller_is_left_alone(
     assert note in plan.stdout, output(plan)
     again = _apply(gitray, repo)
     assert again.returncode == 0 and note in again.stdout, output(again)
-    assert _what_gitray_owns(realnode, ns) == before
+    assert _what_gitray_owns(testenv, ns) == before
 
 
 def _cron_job(ns: str) -> dict[str, Any]:

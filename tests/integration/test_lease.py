@@ -25,23 +25,11 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
+from tests.clock import ManualClock
 from tests.testenv.helpers import TestEnv, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_S, RENEW_S, RETRY_S = 3, 2.0, 0.5  # shortened durations, where a test asks for them
-
-
-class ManualClock:
-    """A monotonic clock that moves only when told: stands for this process being paused."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Electors:

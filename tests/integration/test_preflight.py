@@ -72,18 +72,18 @@ def _clusters(env: TestEnv, ns: str) -> set[str]:
 
 
 def test_an_upgrade_that_cannot_fit_on_the_node_is_refused_before_anything_is_created(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
     """The real node has 2 CPUs (the kwok nodes are tainted): a new cluster whose head asks
     for 3 is refused with the shortfall named, nothing created; 300m proceeds."""
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     config = gitray_config("5s", ns, capacity={"nodes": "refuse"})
     repo.commit("v1", {"gitray.yaml": config,
                        "svc.yaml": dump(real_node_rayservice(ns, workers=0,
                                                              serve=serve_config(GREETER)))})
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert r.returncode == 0, output(r)
-    (active,) = _clusters(realnode, ns)
+    (active,) = _clusters(testenv, ns)
 
     big = real_node_rayservice(ns, workers=0, serve=serve_config(GREETER), head_cpu="3",
                                revision=1)
@@ -99,7 +99,7 @@ def test_an_upgrade_that_cannot_fit_on_the_node_is_refused_before_anything_is_cr
         ), output(r)
         assert "use upgradeStrategy NewClusterWithIncrementalUpgrade" in r.stderr
         assert "nothing was applied" in r.stderr and "Traceback" not in r.stderr
-    assert _clusters(realnode, ns) == {active}  # nothing was created
+    assert _clusters(testenv, ns) == {active}  # nothing was created
 
     # per setting, only a warning in the plan
     r = gitray.run("plan", "--repo", str(repo.path), "--set", "capacity.nodes=warn")
@@ -112,7 +112,7 @@ def test_an_upgrade_that_cannot_fit_on_the_node_is_refused_before_anything_is_cr
     r = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert r.returncode == 0, output(r)
     assert "resources: blue-green: +300m cpu, +1Gi memory, +1 pods while both run" in r.stdout
-    (new,) = _clusters(realnode, ns) - {active}
+    (new,) = _clusters(testenv, ns) - {active}
     assert new.startswith("serve-demo-")
 
 

@@ -14,9 +14,9 @@ import pytest
 
 from gitray.core.errors import ConflictError, LeaseLostError, TerminalError
 from gitray.core.model import ObjectKey, SourceLocation
-from gitray.engine.progress import (
+from gitray.engine.progress import ProgressStore, RecordReader
+from gitray.engine.record import (
     MAX_MESSAGE_CHARS,
-    ProgressStore,
     Record,
     RunState,
     StepRecord,
@@ -336,6 +336,21 @@ def test_list_reads_every_record_of_the_instance_in_one_request(
     assert kube.requests - before == one_list
     assert [r.key.name for r in records] == ["a", "b", "c"]
     assert [r.key.name for r in other.list()] == ["z"]
+
+
+def test_a_reader_needs_no_lease_and_cannot_write(connect: Callable[[], Kube], leader: Lease,
+                                                  namespace: str) -> None:
+    """``gitray status``/``plan``/``promote`` read records with no Lease and no stand-in fence;
+    the reader has no write methods at all."""
+    store = ProgressStore(connect(), namespace, INSTANCE, leader)
+    written = store.begin(workload_plan("r"), "rev1", leader.epoch)
+    reader = RecordReader(connect(), namespace, INSTANCE)
+    assert reader.load(written.key) == written
+    assert [r.key.name for r in reader.list()] == ["r"]
+    assert RecordReader(connect(), namespace).load(written.key) == written  # any instance's
+    assert RecordReader(connect(), namespace, "other-instance").list() == []
+    assert not any(hasattr(reader, m) for m in ("begin", "resume", "start", "advance",
+                                                "count_failure", "finish"))
 
 
 def test_a_record_over_the_configmap_limit_fails_clearly_and_writes_nothing(

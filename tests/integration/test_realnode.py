@@ -144,17 +144,17 @@ def _clusterip_service(env: TestEnv, ns: str, name: str, selector: dict[str, str
     return str(svc.spec.cluster_ip)
 
 
-def test_raycluster_runs_in_real_pods_behind_real_services(realnode: TestEnv,
-                                                           node_namespace: str) -> None:
-    ns = node_namespace
-    realnode.create_raycluster(ns, real_raycluster_manifest("rc", workers=1))
-    realnode.wait_raycluster_ready(ns, "rc", timeout=420)
-    head, workers = _head_and_workers(realnode, ns, "rc")
+def test_raycluster_runs_in_real_pods_behind_real_services(testenv: TestEnv,
+                                                           namespace: str) -> None:
+    ns = namespace
+    testenv.create_raycluster(ns, real_raycluster_manifest("rc", workers=1))
+    testenv.wait_raycluster_ready(ns, "rc", timeout=420)
+    head, workers = _head_and_workers(testenv, ns, "rc")
     assert len(workers) == 1
-    _assert_on_real_node(realnode, [head, *workers])
+    _assert_on_real_node(testenv, [head, *workers])
 
     # KubeRay's (headless) head Service: its EndpointSlice lists the head's real pod IP
-    endpoints = wait_for(lambda: realnode.endpoint_addresses(ns, "rc-head-svc"), 60,
+    endpoints = wait_for(lambda: testenv.endpoint_addresses(ns, "rc-head-svc"), 60,
                          what="head Service endpoints")
     assert endpoints == [head.status.pod_ip]
 
@@ -167,47 +167,47 @@ def test_raycluster_runs_in_real_pods_behind_real_services(realnode: TestEnv,
     status, body = http_json("PUT", f"{dashboard}/api/serve/applications/",
                              {"applications": [HELLO_APP]})
     assert status == 200, (status, body)
-    realnode.wait_serve_running(dashboard, "hello", timeout=180)
+    testenv.wait_serve_running(dashboard, "hello", timeout=180)
     assert get_text(f"http://{head.status.pod_ip}:8000/hello") == GREETING
-    cluster_ip = _clusterip_service(realnode, ns, "rc-serve",
+    cluster_ip = _clusterip_service(testenv, ns, "rc-serve",
                                     {"ray.io/cluster": "rc", "ray.io/node-type": "head"})
     assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(node.SERVICE_CIDR)
-    wait_for(lambda: realnode.endpoint_addresses(ns, "rc-serve") == [head.status.pod_ip], 60,
+    wait_for(lambda: testenv.endpoint_addresses(ns, "rc-serve") == [head.status.pod_ip], 60,
              what="serve Service endpoints")
     answer = wait_for(lambda: get_text(f"http://{cluster_ip}:8000/hello"), 60,
                       what=f"an answer through ClusterIP {cluster_ip}")
     assert answer == GREETING
 
 
-def test_kuberay_rayservice_controller_reaches_ready_and_serves(realnode: TestEnv,
-                                                                node_namespace: str) -> None:
+def test_kuberay_rayservice_controller_reaches_ready_and_serves(testenv: TestEnv,
+                                                                namespace: str) -> None:
     """KubeRay's own RayService controller (no gitray): through the API server's service
     proxy (`--use-kubernetes-proxy`) it deploys Serve, marks the RayService Ready and points
     its serve Service at the cluster."""
-    ns = node_namespace
+    ns = namespace
     serve_config = ("applications:\n"
                     "  - name: hello\n"
                     "    route_prefix: /hello\n"
                     "    import_path: hello:app\n")
-    realnode.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps({
+    testenv.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps({
         "apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "rs"},
         "spec": {"serveConfigV2": serve_config,
                  "rayClusterConfig": real_raycluster_spec(workers=1)}}))
 
     def ready() -> dict[str, Any] | None:
-        obj: dict[str, Any] = realnode.custom.get_namespaced_custom_object(
+        obj: dict[str, Any] = testenv.custom.get_namespaced_custom_object(
             "ray.io", "v1", ns, "rayservices", "rs")
         conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions", [])}
         return obj if conds.get("Ready") == "True" else None
     wait_for(ready, 600, interval=2, what="RayService rs Ready")
 
-    svc = wait_for(lambda: realnode.core.read_namespaced_service("rs-serve-svc", ns), 60,
+    svc = wait_for(lambda: testenv.core.read_namespaced_service("rs-serve-svc", ns), 60,
                    what="serve Service")
     cluster_ip = str(svc.spec.cluster_ip)
     assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(node.SERVICE_CIDR)
-    endpoints = wait_for(lambda: realnode.endpoint_addresses(ns, "rs-serve-svc"), 120,
+    endpoints = wait_for(lambda: testenv.endpoint_addresses(ns, "rs-serve-svc"), 120,
                          what="serve Service endpoints")
-    subnet = ipaddress.ip_network(realnode.real_node["pod_subnet"])
+    subnet = ipaddress.ip_network(testenv.real_node["pod_subnet"])
     assert all(ipaddress.ip_address(a) in subnet for a in endpoints), endpoints
     answer = wait_for(lambda: get_text(f"http://{cluster_ip}:8000/hello"), 60,
                       what=f"an answer through ClusterIP {cluster_ip}")
@@ -215,20 +215,20 @@ def test_kuberay_rayservice_controller_reaches_ready_and_serves(realnode: TestEn
 
 
 def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_back(
-        realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+        testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
     """Real requests to the serve Service's ClusterIP (new connection each, fixed rate, bounded)
     while `gitray apply` deploys a Serve-only change, upgrades blue-green (image change: a new
     cluster, Services switched), rolls back instantly (Git reverted while the old cluster awaits
     deletion) and finally deletes the cluster no longer used. Expected: no failed request."""
-    ns = node_namespace
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns)
+    ns = namespace
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns)
     manifest = "services/serve-demo.yaml"
     repo.commit("first rollout", {"gitray.yaml": gitray_config("45s", ns),
                                   manifest: dump(real_node_rayservice(ns, RAY_IMAGE))})
     first = gitray.run("apply", "--repo", str(repo.path), "--yes")
     assert first.returncode == 0, output(first)
-    (blue,) = _rayclusters(realnode, ns)
-    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    (blue,) = _rayclusters(testenv, ns)
+    svc = testenv.core.read_namespaced_service("serve-demo-serve-svc", ns)
     url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
     assert wait_for(lambda: get_text(url), 60, what="first answer") == "Hello, Ada!"
     results: dict[str, LoadResult] = {}
@@ -250,21 +250,21 @@ def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_bac
     with_hello = serve_config(GREETER, CALC, HELLO)
     phase("Serve-only change", lambda: apply("add hello", real_node_rayservice(
         ns, RAY_IMAGE, with_hello)))
-    assert _rayclusters(realnode, ns) == [blue]
+    assert _rayclusters(testenv, ns) == [blue]
     phase("blue-green upgrade", lambda: apply("new image", real_node_rayservice(
         ns, "localhost/gitray-ray:2.60.0", with_hello)))
-    green = next(n for n in _rayclusters(realnode, ns) if n != blue)
-    assert _serve_selects(realnode, ns) == green
+    green = next(n for n in _rayclusters(testenv, ns) if n != blue)
+    assert _serve_selects(testenv, ns) == green
     phase("instant rollback", lambda: apply("revert", real_node_rayservice(
         ns, RAY_IMAGE, with_hello)))
-    assert _serve_selects(realnode, ns) == blue
-    assert set(_rayclusters(realnode, ns)) == {blue, green}
+    assert _serve_selects(testenv, ns) == blue
+    assert set(_rayclusters(testenv, ns)) == {blue, green}
 
     def delete_green() -> None:
-        wait_for(lambda: _due(realnode, ns, green), 90, interval=2, what=f"{green} due")
+        wait_for(lambda: _due(testenv, ns, green), 90, interval=2, what=f"{green} due")
         again = gitray.run("apply", "--repo", str(repo.path), "--yes")
         assert again.returncode == 0, output(again)
-        wait_for(lambda: not realnode.cluster_pods(ns, green), 120, what=f"{green} pods gone")
+        wait_for(lambda: not testenv.cluster_pods(ns, green), 120, what=f"{green} pods gone")
     phase("old cluster deleted", delete_green)
 
     print(f"\ntraffic to ClusterIP {url} (10 req/s, a new connection each):")
@@ -296,9 +296,9 @@ def _due(env: TestEnv, ns: str, name: str) -> bool:
     return datetime.datetime.now(datetime.UTC) > due + datetime.timedelta(seconds=1)
 
 
-def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode: str,
+def _apply_with_dashboard_mode(testenv: TestEnv, ns: str, tmp_path: Path, mode: str,
                                wrapper: list[str] | None = None) -> None:
-    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(realnode.kubeconfig, ns, mode)
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, ns, mode)
     repo.commit("first rollout", {"gitray.yaml": gitray_config("10s", ns),
                                   "services/serve-demo.yaml": dump(real_node_rayservice(
                                       ns, RAY_IMAGE))})
@@ -309,33 +309,33 @@ def _apply_with_dashboard_mode(realnode: TestEnv, ns: str, tmp_path: Path, mode:
                             stdin=subprocess.DEVNULL, cwd=REPO)
     assert result.returncode == 0, output(result)
     assert "6/6 create-service serve-demo-serve-svc" in result.stdout
-    svc = realnode.core.read_namespaced_service("serve-demo-serve-svc", ns)
+    svc = testenv.core.read_namespaced_service("serve-demo-serve-svc", ns)
     url = f"http://{svc.spec.cluster_ip}:8000/greet?name=Ada"
     assert wait_for(lambda: get_text(url), 60, what="an answer") == "Hello, Ada!"
 
 
-def test_gitray_apply_through_the_api_server_proxy(realnode: TestEnv, node_namespace: str,
+def test_gitray_apply_through_the_api_server_proxy(testenv: TestEnv, namespace: str,
                                                    tmp_path: Path) -> None:
     """`--dashboard proxy` (the default outside a cluster): gitray reaches the Ray dashboard and
     the Serve proxies of real pods only through the API server's service/pod proxy."""
-    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "proxy")
+    _apply_with_dashboard_mode(testenv, namespace, tmp_path, "proxy")
 
 
-def test_gitray_apply_by_pod_ip(realnode: TestEnv, node_namespace: str, tmp_path: Path) -> None:
+def test_gitray_apply_by_pod_ip(testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
     """`--dashboard pod-ip`: gitray on the host dials the head pods' 198.18.0.x IPs over the
     node's bridge."""
-    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "pod-ip")
+    _apply_with_dashboard_mode(testenv, namespace, tmp_path, "pod-ip")
 
 
-def test_gitray_apply_by_cluster_dns(realnode: TestEnv, node_namespace: str,
+def test_gitray_apply_by_cluster_dns(testenv: TestEnv, namespace: str,
                                      tmp_path: Path) -> None:
     """`--dashboard service` (the default in a cluster): gitray reaches dashboards by their
     Service's cluster DNS name. Here gitray runs on the host with CoreDNS as its resolver: a
     private mount namespace (unshare) binds a resolv.conf naming the cluster DNS Service over
     /etc/resolv.conf for gitray alone; the machine's resolver is untouched."""
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text(f"nameserver {realnode.real_node['dns_ip']}\n"
+    resolv.write_text(f"nameserver {testenv.real_node['dns_ip']}\n"
                       "options ndots:1 timeout:2 attempts:2\n")
     wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]
-    _apply_with_dashboard_mode(realnode, node_namespace, tmp_path, "service", wrapper)
+    _apply_with_dashboard_mode(testenv, namespace, tmp_path, "service", wrapper)

@@ -20,6 +20,7 @@ from gitray.hosts import api as host_api
 from gitray.hosts.comments import marker_for, upsert_plan_comment
 from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
+from tests.clock import ManualClock
 from tests.githost import GitHost, Request
 
 TOKEN = "glpat-Integration-S3cret"
@@ -45,14 +46,6 @@ def host() -> Iterator[GitHost]:
 def settings_for(host: GitHost, flavor: str) -> StatusSettings:
     url = host.url + ("/api/v4" if flavor == "gitlab" else "")
     return StatusSettings(StatusProvider(flavor), url=url, repository="team/ray-apps")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def status_posts(host: GitHost) -> list[Request]:
@@ -175,7 +168,7 @@ def test_gitlab_refuses_a_repeated_transition_and_the_publisher_never_triggers_i
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_server_errors_are_retried_until_the_status_is_there(host: GitHost,
                                                               flavor: str) -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     settings = settings_for(host, flavor)
     publisher = make_publisher(settings, token=TOKEN, repo_dir=None)
     publisher = StatusPublisher(publisher.provider, clock=clock, secrets=[TOKEN])
@@ -197,7 +190,7 @@ def test_server_errors_are_retried_until_the_status_is_there(host: GitHost,
 def test_a_hanging_host_is_bounded_and_a_late_post_is_not_repeated(
         host: GitHost, flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.5))
-    clock = Clock()
+    clock = ManualClock(0.0)
     provider = make_publisher(settings_for(host, flavor), token=TOKEN, repo_dir=None).provider
     publisher = StatusPublisher(provider, clock=clock)
     publisher.publish(CommitStatus(SHA, "gitray", State.PENDING, "planned: 1 step"))
@@ -216,7 +209,7 @@ def test_a_hanging_host_is_bounded_and_a_late_post_is_not_repeated(
 
 def test_gitlab_hanging_then_recovering(host: GitHost, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_api, "HTTP_TIMEOUT", httpx.Timeout(0.5))
-    clock = Clock()
+    clock = ManualClock(0.0)
     provider = make_publisher(settings_for(host, "gitlab"), token=TOKEN, repo_dir=None).provider
     publisher = StatusPublisher(provider, clock=clock)
     host.hang("GET", "/statuses", times=2, seconds=1.0)

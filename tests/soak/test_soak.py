@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,13 @@ import pytest
 from tests.integration.chaos import Replica, holder_pid, isolated, lease_holder, start_replica
 from tests.integration.gitops import CALC, GREETER, GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from tests.testenv.helpers import (
+    EnvUnavailable,
+    TestEnv,
+    environment,
+    make_namespace,
+    wait_for,
+)
 
 SVC = "serve-demo"
 BROKEN = ("broken", "/broken", "serve_apps.nope:app")
@@ -85,14 +90,12 @@ def final_state(bare: Path, sha: str) -> str | None:
 
 
 def test_soak(soak_env: TestEnv, tmp_path: Path) -> None:
-    from kubernetes import client
 
     env = soak_env
     minutes = float(os.environ.get("GITRAY_SOAK_MINUTES", "30"))
     fault_every = float(os.environ.get("GITRAY_SOAK_FAULT_EVERY_S", "180"))
     rng = random.Random(int(os.environ.get("GITRAY_SOAK_SEED", "6")))
-    ns = f"soak-{uuid.uuid4().hex[:6]}"
-    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    ns = make_namespace(env, "soak")
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     work = GitOpsRepo(tmp_path / "work")

@@ -15,6 +15,8 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/versions.json versions used, Go version, build times
     <root>/<key>/build.log     full output of every go command
     <root>/<key>/src/          throwaway modules used for the builds
+    <root>/kustomize-<v>/bin/kustomize  the real kustomize v5 of the rendering tests, keyed by
+                               its own version (tests/testenv/kustomize.py)
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
                                by their own versions (tests/testenv/traefik.py); built last
                                by ``main``, needed only by ``up --gateway``
@@ -585,6 +587,10 @@ def main(gateway_only: bool = False) -> int:
         if not gateway_only:
             lay = build()
             print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
+        if not gateway_only:
+            from tests.testenv.kustomize import build_kustomize
+
+            build_kustomize(cache_root(), say=lambda m: print(m, flush=True))
         from tests.testenv.traefik import build_gateway
 
         gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))

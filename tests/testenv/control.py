@@ -726,8 +726,8 @@ def env_lines(state_dir: Path | None = None) -> str:
     state = State.load(state_dir)
     if state is None:
         raise EnvError(f"testenv not running (no state in {state_dir}); run: scripts/testenv up")
-    # A real-node environment is reused by pytest's `realnode` fixture, not by `testenv` (whose
-    # kwok tests need kwok's nodes untainted).
+    # A real-node environment is reused through GITRAY_TESTENV_NODE_STATE, not as a kwok-only
+    # GITRAY_TESTENV_STATE (whose kwok tests need kwok's nodes untainted).
     var = "GITRAY_TESTENV_NODE_STATE" if state.node else "GITRAY_TESTENV_STATE"
     return (f"export KUBECONFIG={state.kubeconfig}\n"
             f"export {var}={state_dir}\n"

@@ -16,6 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -299,6 +300,15 @@ class TestEnv:
                 raise AssertionError(f"{app} DEPLOY_FAILED: {info.get('message')}")
             return info if info and info.get("status") == "RUNNING" else None
         return wait_for(running, timeout, interval=1, what=f"Serve app {app} RUNNING")
+
+
+def make_namespace(env: TestEnv, prefix: str = "t", name: str = "") -> str:
+    """Create namespace ``name`` (by default ``<prefix>-<8 random hex digits>``); its name."""
+    from kubernetes import client
+
+    name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
+    env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
 
 
 def drop_namespace(env: TestEnv, name: str) -> None:

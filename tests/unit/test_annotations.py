@@ -12,7 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gitray.cli.app import REPORT_FORMATS, main
+from gitray.cli.app import main
+from gitray.cli.contract import REPORT_FORMATS
 from gitray.core.model import Diagnostic, SourceLocation
 from gitray.plans.annotations import (
     Finding,

@@ -12,7 +12,7 @@ from gitray.core.model import Workload
 from gitray.plans.capacity import NodeRoom, QuotaRoom, check_nodes, check_quotas, quota_resource
 from gitray.plans.plan import Plan
 from gitray.plans.planner import compute_plan
-from gitray.plans.resources import parse_quantity
+from gitray.plans.quantities import parse_quantity
 from tests.unit.builders import CONFIG, NOW, configmap, live, raycluster, rayservice
 
 GI = 2**30

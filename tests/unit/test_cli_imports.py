@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitray.cli.app import FORMATS
+from gitray.cli.contract import FORMATS
 from gitray.plans.render import Format
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

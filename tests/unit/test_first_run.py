@@ -13,7 +13,8 @@ import pytest
 
 from gitray.core.errors import ConfigError
 from gitray.core.http import RawResponse
-from gitray.k8s.client import KubeSettings, default_namespace
+from gitray.k8s.client import KubeSettings
+from gitray.k8s.connection import default_namespace
 from gitray.ray.dashboard import DashboardMode, denied
 
 KUBECONFIG = """\

@@ -13,8 +13,8 @@ import pytest
 
 from gitray.core.model import Diagnostic, ObjectKey, SourceLocation
 from gitray.core.snapshot import MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, RepoFile, Snapshot
-from gitray.parsing import yamlsafe
-from gitray.parsing.yamlsafe import MAX_NODES
+from gitray.parsing import yamlsafe, yamlwalk
+from gitray.parsing.yamlwalk import MAX_NODES
 from gitray.plans import load as load_module
 from gitray.plans.load import (
     MAX_DIAGNOSTICS_PER_FILE,
@@ -404,6 +404,21 @@ BILLION_LAUGHS = 'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"
 QUADRATIC_BLOWUP = "a: &a [" + ",".join(["x"] * 2000) + "]\nb: [" + ",".join(["*a"] * 2000) + "]\n"
 
 HOSTILE_CASES = {
+    # kustomizations (gitray/plans/kustomize.py): refused before any kustomize runs; the
+    # renders themselves (huge output, memory, time) are in tests/unit/test_kustomize.py
+    "a kustomization escaping the revision": Bad(
+        {"k/kustomization.yaml": "resources: [../../etc]\n"}, "k/kustomization.yaml:1:13",
+        "leaves the repository"),
+    "a remote kustomize base": Bad(
+        {"k/kustomization.yaml": "resources: ['https://example.com/base']\n"},
+        "k/kustomization.yaml:1:13", "remote base"),
+    "a kustomization cycle": Bad(
+        {"a/kustomization.yaml": "resources: [../b]\n",
+         "b/kustomization.yaml": "resources: [../a]\n"},
+        "a/kustomization.yaml:1:1", "a cycle of kustomizations"),
+    "a kustomize exec plugin": Bad(
+        {"k/kustomization.yaml": "transformers: [plugin.yaml]\n"}, "k/kustomization.yaml:1:1",
+        "transformer plugins are off"),
     "a billion-laughs alias bomb": Bad(
         {"bomb.yaml": BILLION_LAUGHS}, "bomb.yaml:6:10", "aliases expand to more than 100000 nodes"
     ),
@@ -548,6 +563,7 @@ def test_a_file_with_thousands_of_problems_reports_a_few_and_a_count() -> None:
 
 def test_too_many_yaml_values_in_one_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(yamlsafe, "MAX_NODES", 1000)  # the mechanism, at a size tests afford
+    monkeypatch.setattr(yamlwalk, "MAX_NODES", 1000)  # (the fast path and the walk alike)
     result = load({"flow.yaml": "[" + "1," * 5000 + "1]"})
     assert [str(d) for d in result.diagnostics] == [
         "flow.yaml:1:2000: more than 1000 YAML values in one file; split it"

@@ -15,18 +15,15 @@ import pytest
 from gitray.core.model import Workload
 from gitray.plans.plan import Action, Plan, plan_from_json, plan_to_json
 from gitray.plans.planner import compute_plan
-from gitray.plans.render import Format, render
-from gitray.plans.resources import (
-    PodGroup,
+from gitray.plans.quantities import (
     Range,
     ResourceChange,
-    cluster_pods,
     format_quantity,
     parse_quantity,
-    pod_requests,
     summary_line,
-    totals,
 )
+from gitray.plans.render import Format, render
+from gitray.plans.resources import PodGroup, cluster_pods, pod_requests, totals
 from tests.unit.builders import CONFIG, NOW, configmap, live, raycluster, rayjob, rayservice
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "schemas" / "plan.schema.json").read_text())

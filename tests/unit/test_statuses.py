@@ -32,6 +32,7 @@ from gitray.hosts.status import (
     step_description,
     trim,
 )
+from tests.clock import ManualClock
 from tests.githost import GitHost
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -167,14 +168,6 @@ class Scripted:
         return self.shown.get((sha, context))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def status(state: State = State.PENDING, description: str = "planned",
            context: str = "gitray") -> CommitStatus:
     return CommitStatus(SHA, context, state, description)
@@ -182,7 +175,7 @@ def status(state: State = State.PENDING, description: str = "planned",
 
 def test_the_same_state_and_description_is_posted_once() -> None:
     provider = Scripted()
-    publisher = StatusPublisher(provider, clock=Clock())
+    publisher = StatusPublisher(provider, clock=ManualClock())
     assert publisher.publish(status()) is True
     assert publisher.publish(status()) is False
     assert publisher.publish(status(State.PENDING, "step 1/2: x")) is True
@@ -193,7 +186,7 @@ def test_the_same_state_and_description_is_posted_once() -> None:
 
 def test_dedup_compares_the_trimmed_description() -> None:
     provider = Scripted()
-    publisher = StatusPublisher(provider, clock=Clock())
+    publisher = StatusPublisher(provider, clock=ManualClock())
     publisher.publish(status(State.FAILURE, "e" * 300))
     publisher.publish(status(State.FAILURE, "e" * 301))  # same once trimmed to 140
     assert len(provider.posts) == 1
@@ -202,22 +195,22 @@ def test_dedup_compares_the_trimmed_description() -> None:
 
 def test_a_fresh_publisher_reads_what_the_host_shows_before_posting() -> None:
     provider = Scripted()
-    StatusPublisher(provider, clock=Clock()).publish(status(State.SUCCESS, "converged"))
-    again = StatusPublisher(provider, clock=Clock())  # e.g. after a restart or failover
+    StatusPublisher(provider, clock=ManualClock()).publish(status(State.SUCCESS, "converged"))
+    again = StatusPublisher(provider, clock=ManualClock())  # e.g. after a restart or failover
     assert again.publish(status(State.SUCCESS, "converged")) is False
     assert len(provider.posts) == 1
 
 
 def test_contexts_are_deduplicated_separately() -> None:
     provider = Scripted()
-    publisher = StatusPublisher(provider, clock=Clock())
+    publisher = StatusPublisher(provider, clock=ManualClock())
     publisher.publish(status(context="gitray"))
     publisher.publish(status(context="gitray/default/RayService/a"))
     assert len(provider.posts) == 2
 
 
 def test_a_transient_failure_is_retried_by_flush_after_the_backoff() -> None:
-    clock = Clock()
+    clock = ManualClock()
     provider = Scripted(outcomes=[TransientError("HTTP 500"), TransientError("timed out")])
     publisher = StatusPublisher(provider, clock=clock, backoff_s=(5, 20))
     assert publisher.publish(status(State.SUCCESS, "converged")) is False
@@ -234,7 +227,7 @@ def test_a_transient_failure_is_retried_by_flush_after_the_backoff() -> None:
 
 
 def test_retries_are_bounded() -> None:
-    clock = Clock()
+    clock = ManualClock()
     provider = Scripted(outcomes=[TransientError("HTTP 503")] * 10)
     publisher = StatusPublisher(provider, clock=clock, max_attempts=3, backoff_s=(1,))
     publisher.publish(status())
@@ -247,7 +240,7 @@ def test_retries_are_bounded() -> None:
 
 
 def test_a_newer_status_replaces_one_waiting_for_a_retry() -> None:
-    clock = Clock()
+    clock = ManualClock()
     provider = Scripted(outcomes=[TransientError("HTTP 502")])
     publisher = StatusPublisher(provider, clock=clock, backoff_s=(1,))
     publisher.publish(status(State.PENDING, "step 1/2: a"))
@@ -259,7 +252,7 @@ def test_a_newer_status_replaces_one_waiting_for_a_retry() -> None:
 
 def test_a_rejected_status_is_dropped_not_retried() -> None:
     provider = Scripted(outcomes=[StatusRejected("HTTP 422: description too long")])
-    publisher = StatusPublisher(provider, clock=Clock())
+    publisher = StatusPublisher(provider, clock=ManualClock())
     assert publisher.publish(status()) is False
     assert publisher.pending() == 0
     assert publisher.counts().failed == 1
@@ -267,7 +260,7 @@ def test_a_rejected_status_is_dropped_not_retried() -> None:
 
 def test_an_unexpected_provider_bug_never_reaches_the_sync() -> None:
     provider = Scripted(outcomes=[KeyError("id")])
-    publisher = StatusPublisher(provider, clock=Clock())
+    publisher = StatusPublisher(provider, clock=ManualClock())
     assert publisher.publish(status()) is False
     assert publisher.counts().failed == 1
 
@@ -296,7 +289,7 @@ def test_missing_settings_are_config_errors(settings: StatusSettings) -> None:
 
 def test_a_secret_inside_a_description_is_redacted_before_posting() -> None:
     provider = Scripted()
-    publisher = StatusPublisher(provider, clock=Clock(), secrets=[TOKEN])
+    publisher = StatusPublisher(provider, clock=ManualClock(), secrets=[TOKEN])
     publisher.publish(status(State.FAILURE, f"git said: https://x:{TOKEN}@host failed"))
     assert TOKEN not in provider.posts[0].description
 

@@ -17,7 +17,7 @@ import pytest
 from gitray.core.model import ObjectKey, SourceLocation
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, seconds_since, step_budget, step_timeout
-from gitray.engine.progress import (
+from gitray.engine.record import (
     RECORD_FORMAT_VERSION,
     Record,
     RunState,

@@ -4,8 +4,9 @@ Service switches of a blue-green one (pure: the executor's rule on planned steps
 
 from __future__ import annotations
 
-from gitray.engine.executor import _SUPERSEDABLE, _traffic_moved
+from gitray.engine.executor import _traffic_moved
 from gitray.plans.plan import StepType
+from gitray.plans.steptypes import STEP_KINDS
 from tests.unit.builders import live, rayservice
 from tests.unit.test_plan_incremental import incremental, one, plan_of
 
@@ -15,7 +16,7 @@ def test_waits_after_the_first_weight_shift_cannot_be_superseded() -> None:
         "ray:old", step=50, surge=50))))
     types = [s.type for s in wp.steps]
     first_shift = types.index(StepType.SHIFT_TRAFFIC)
-    waits = [i for i, t in enumerate(types) if t in _SUPERSEDABLE]
+    waits = [i for i, t in enumerate(types) if STEP_KINDS[t].supersedable]
     before = [i for i in waits if i < first_shift]
     after = [i for i in waits if i > first_shift]
     assert before and after  # the plan has waits on both sides of the first shift

@@ -147,6 +147,8 @@ def analysis(**params: Any) -> Step:
     base: dict[str, Any] = {
         "cluster": "fruit-14f9f", "previous": "fruit-fd628", "percent": 25, "step": 1,
         "steps": 4, "windowSeconds": 60, "checks": CHECKS, "failureLimit": 2,
+        "onFailure": {"trafficTo": "fruit-fd628", "restoreCapacity": 100,
+                      "keepFailedCluster": False},
         "backend": {"namespace": "ray-serve", "service": "fruit-14f9f-serve-svc",
                     "port": 8000},
         "metrics": {"url": "http://traefik-metrics.traefik.svc:9100/metrics",

@@ -7,21 +7,11 @@ import random
 import pytest
 
 from gitray.core.waits import Backoff, Clock, Deadline, poll
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.clock import ManualClock
 
 
 def test_poll_returns_the_first_value_and_waits_between_attempts() -> None:
-    manual = ManualClock()
+    manual = ManualClock(100.0)
     clock = Clock(monotonic=manual.monotonic, sleep=manual.sleep)
     answers = iter([None, None, "ready"])
     waits: list[float] = []
@@ -36,7 +26,7 @@ def test_poll_returns_the_first_value_and_waits_between_attempts() -> None:
 
 
 def test_poll_raises_the_timeout_error_once_the_deadline_has_passed() -> None:
-    manual = ManualClock()
+    manual = ManualClock(100.0)
     clock = Clock(monotonic=manual.monotonic, sleep=manual.sleep)
     attempts: list[float] = []
 
@@ -50,7 +40,7 @@ def test_poll_raises_the_timeout_error_once_the_deadline_has_passed() -> None:
 
 
 def test_a_zero_deadline_makes_a_single_attempt() -> None:
-    manual = ManualClock()
+    manual = ManualClock(100.0)
     calls: list[int] = []
     with pytest.raises(TimeoutError):
         poll(lambda: calls.append(1), Deadline(0, Clock(monotonic=manual.monotonic)),
@@ -70,7 +60,7 @@ def test_backoff_jitter_stays_within_its_bounds() -> None:
 
 
 def test_a_deadline_partly_spent_before_it_was_made_ends_that_much_sooner() -> None:
-    manual = ManualClock()
+    manual = ManualClock(100.0)
     clock = Clock(monotonic=manual.monotonic, sleep=manual.sleep)
     resumed = Deadline(30, clock, spent=25)
     assert (resumed.elapsed(), resumed.left()) == (25, 5)

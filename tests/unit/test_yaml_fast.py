@@ -18,8 +18,9 @@ import pytest
 
 from bench.common import Fleet
 from gitray.core.model import Diagnostic, SourceLocation
-from gitray.parsing import yamlsafe
-from gitray.parsing.yamlsafe import MAX_ALIAS_NODES, MAX_DEPTH, NodeBudget, parse_documents
+from gitray.parsing import yamlsafe, yamlwalk
+from gitray.parsing.yamlsafe import parse_documents
+from gitray.parsing.yamlwalk import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES, NodeBudget
 from gitray.plans.load import load_snapshot
 from tests.unit import test_load
 from tests.unit.test_kuberay_samples import SAMPLES, YAML_FILES
@@ -43,11 +44,11 @@ def fast_only() -> Iterator[None]:
     def refuse(*_: object) -> None:
         raise AssertionError("the position-recording walk ran")
 
-    with mock.patch.object(yamlsafe, "_Builder", refuse):
+    with mock.patch.object(yamlsafe, "Walk", refuse):
         yield
 
 
-def read(text: str, budget: int = yamlsafe.MAX_NODES) -> Read:
+def read(text: str, budget: int = MAX_NODES) -> Read:
     """Everything ``parse_documents`` gives, typed (``json.dumps`` tells 1 from 1.0 and True)."""
     left = NodeBudget(budget)
     documents, problems = parse_documents(text, "f.yaml", left)
@@ -55,7 +56,7 @@ def read(text: str, budget: int = yamlsafe.MAX_NODES) -> Read:
              for d in documents], problems, left.left)
 
 
-def same_both_ways(text: str, budget: int = yamlsafe.MAX_NODES) -> bool:
+def same_both_ways(text: str, budget: int = MAX_NODES) -> bool:
     """Asserts the fast path and the walk agree on ``text``; whether the fast path read it."""
     fast = yamlsafe._fast(text, "f.yaml", NodeBudget(budget)) is not None
     with walk_only():
@@ -194,7 +195,8 @@ _THOUSAND = "a: [" + ",".join(["1"] * 997) + "]\n"  # mapping, key, list, 997 it
 @pytest.mark.parametrize(("limit", "fast"), [(1000, True), (999, False)])
 def test_the_node_limit_of_a_file_is_counted_alike(monkeypatch: pytest.MonkeyPatch, limit: int,
                                                     fast: bool) -> None:
-    monkeypatch.setattr(yamlsafe, "MAX_NODES", limit)
+    monkeypatch.setattr(yamlsafe, "MAX_NODES", limit)  # the fast path and the walk alike
+    monkeypatch.setattr(yamlwalk, "MAX_NODES", limit)
     assert same_both_ways(_THOUSAND, budget=5000) is fast
     documents, problems, left = read(_THOUSAND, budget=5000)
     assert (left, bool(documents)) == ((4000, True) if fast else (5000 - limit - 1, False))
