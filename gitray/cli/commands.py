@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitray.cli.contract import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, REPORT_FORMATS
+from gitray.cli.reports import refusals_reported
 from gitray.core.config import DashboardMode, parse_duration
 from gitray.core.errors import GitrayError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
@@ -211,7 +212,8 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
             print(f"warning: run records not read ({e}): a RayJob run KubeRay deleted when "
                   "it finished shows as a new run", file=sys.stderr)
             records = []
-        plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
+        with refusals_reported(args, result, snapshot, report):  # admission, capacity, None
+            plan, _ = live_plan(kube, Desired(snapshot, result), records=records)
         if report is None:  # after a refusal by the planner (its error comes first)
             _say_schemas(result)
     finally:

@@ -12,13 +12,17 @@ relative to the repository's top. The views themselves are pure
 
 from __future__ import annotations
 
+import argparse
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from gitray import __version__
+from gitray.core.errors import ValidationError
 from gitray.core.model import Diagnostic
+from gitray.core.snapshot import Snapshot
 from gitray.plans.annotations import (
     Finding,
     ReportFormat,
@@ -29,10 +33,12 @@ from gitray.plans.annotations import (
     sarif_report,
     workflow_command,
 )
+from gitray.plans.load import LoadResult
 from gitray.plans.plan import Plan
 from gitray.plans.render import Format, render
 
-__all__ = ["git_prefix", "print_findings", "print_plan", "report_text"]
+__all__ = ["git_prefix", "live_problems", "print_findings", "print_plan", "refusals_reported",
+           "report_text"]
 
 
 def git_prefix(repo: str) -> str:
@@ -79,3 +85,32 @@ def print_plan(fmt: str, plan: Plan, repo: str) -> None:
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.write(github_commands(plan_notices(plan), git_prefix(repo)))
     sys.stdout.flush()
+
+
+def live_problems(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot,
+                   e: ValidationError, report: str | None) -> None:
+    """A revision refused against live: in the reviewer's format, and as the PR comment."""
+    if report:
+        print_findings(report, e.diagnostics, (), args.repo)
+        e.reported = True
+    if getattr(args, "comment", False) and args.pr is not None:
+        from gitray.hosts.api import token_from
+        from gitray.hosts.comments import upsert_plan_comment
+        from gitray.plans.annotations import problems_markdown
+
+        outcome = upsert_plan_comment(
+            result.config.status, token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
+            args.pr, args.repo,
+            problems_markdown(e.diagnostics, snapshot.label, git_prefix(args.repo)))
+        print(f"plan comment on #{args.pr}: {outcome}", file=sys.stderr)
+
+
+@contextmanager
+def refusals_reported(args: argparse.Namespace, result: LoadResult, snapshot: Snapshot,
+                      report: str | None) -> Iterator[None]:
+    """A ValidationError raised inside goes to :func:`live_problems`, then on."""
+    try:
+        yield
+    except ValidationError as e:
+        live_problems(args, result, snapshot, e, report)
+        raise

@@ -17,6 +17,8 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_KUBERAY_VERSION",
     "OVERRIDES_SOURCE",
+    "CapacityMode",
+    "CapacitySettings",
     "Config",
     "DashboardMode",
     "NotificationSettings",
@@ -94,6 +96,21 @@ class RayJobSettings:
     timeout_s: int = 3600  # bound on wait-job
 
 
+class CapacityMode(StrEnum):
+    """What the capacity pre-flight does with a change that does not fit (gitray.yaml
+    ``capacity.quota`` / ``capacity.nodes``)."""
+
+    REFUSE = "refuse"  # a plan error: nothing from the revision is applied
+    WARN = "warn"  # a note in the plan; applied anyway
+    OFF = "off"  # not checked
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    quota: CapacityMode = CapacityMode.REFUSE  # a quota keeps the pods from being created
+    nodes: CapacityMode = CapacityMode.WARN  # a cluster autoscaler may add nodes
+
+
 @dataclass(frozen=True)
 class StatusSettings:
     provider: StatusProvider = StatusProvider.NONE
@@ -149,6 +166,7 @@ class Config:
     rayjob: RayJobSettings = field(default_factory=RayJobSettings)
     status: StatusSettings = field(default_factory=StatusSettings)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)
 
     def allows(self, namespace: str) -> bool:
         """Whether ``namespace`` matches ``allowedNamespaces`` (fnmatch globs, case-sensitive):

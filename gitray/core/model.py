@@ -19,6 +19,7 @@ __all__ = [
     "ANN_CLUSTER_HASH",
     "ANN_DELETE_AFTER",
     "ANN_FAILED",
+    "ANN_PRUNE",
     "ANN_SERVE_CONFIG_HASH",
     "ANN_SPEC_HASH",
     "ANN_TEMPLATE_HASH",
@@ -32,6 +33,7 @@ __all__ = [
     "LABEL_SERVE",
     "LABEL_WORKLOAD",
     "MANAGED_BY",
+    "PRUNE_DISABLED",
     "ROLE_PROGRESS",
     "ROLE_SIGNAL",
     "Diagnostic",
@@ -75,6 +77,10 @@ ANN_DELETE_AFTER = "gitray.io/delete-after"  # RFC 3339 UTC deadline; persisted 
 ANN_FAILED = "gitray.io/failed"  # a kept, failed pending cluster: the reason
 ANN_WAVE = "gitray.io/wave"  # set by users in Git: lower waves apply first
 ANN_ANALYSIS = "gitray.io/analysis"  # set by users in Git on a RayService: progressive checks
+# set by users (in Git, or by hand on a live object): "disabled" keeps the workload when it
+# leaves Git (prune opt-out, like Flux's kustomize.toolkit.fluxcd.io/prune: disabled)
+ANN_PRUNE = "gitray.io/prune"
+PRUNE_DISABLED = "disabled"
 
 
 class Kind(StrEnum):

@@ -16,6 +16,8 @@ from gitray.core.errors import StalePlanError, UserError, ValidationError
 from gitray.core.livestore import LiveStore
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
+from gitray.engine.capacity import preflight
+from gitray.engine.dryrun import dry_run
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState, remembered_runs
@@ -165,6 +167,14 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     if unevaluated:  # said, never taken as passed
         notes = sorted({f"{w.location}: warning: {w.message}" for w in unevaluated})
         plan = replace(plan, notes=(*plan.notes, *notes))
+    # before anything is changed: admission (server-side dry-run) and capacity (quotas, nodes;
+    # refused or noted, per gitray.yaml) speak now, every problem at once
+    refused, dry_notes = dry_run(kube, plan, desired.sensitive)
+    plan, short = preflight(kube, plan, desired.config)
+    if refused or short:
+        raise ValidationError(sorted({*refused, *short}))
+    if dry_notes:
+        plan = replace(plan, notes=(*plan.notes, *dry_notes))
     return plan, deadline
 
 

@@ -209,16 +209,19 @@ class Kube:
                          field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
         ).to_dict())
 
-    def apply(self, body: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
-        """Server-side apply with field manager ``gitray``."""
+    def apply(self, body: Mapping[str, Any], *, force: bool = True,
+              dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply with field manager ``gitray`` (``dry_run``: dryRun=All, admission
+        runs, nothing is stored)."""
         res = self.resource(body["apiVersion"], body["kind"])
         meta = body["metadata"]
+        extra = {"dry_run": "All"} if dry_run else {}
         return dict(self._call(
             f"applying {body['kind']} {meta.get('namespace')}/{meta['name']}",
             lambda: res.server_side_apply(body=dict(body), name=meta["name"],
                                           namespace=meta.get("namespace"),
                                           field_manager=FIELD_MANAGER, force_conflicts=force,
-                                          _request_timeout=self.timeout),
+                                          _request_timeout=self.timeout, **extra),
         ).to_dict())
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str,

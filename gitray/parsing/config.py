@@ -18,6 +18,8 @@ from gitray.core.config import (
     CONFIG_API_VERSION,
     CONFIG_FILE,
     OVERRIDES_SOURCE,
+    CapacityMode,
+    CapacitySettings,
     Config,
     NotificationSettings,
     RayJobSettings,
@@ -203,6 +205,12 @@ def _build(data: Mapping[str, Any]) -> Config:
         notifications=NotificationSettings(receivers=tuple(
             _receiver(r) for r in (data.get("notifications") or {}).get("receivers") or ()
             if isinstance(r, Mapping))),
+        capacity=CapacitySettings(
+            quota=CapacityMode((data.get("capacity") or {}).get(
+                "quota", default.capacity.quota.value)),
+            nodes=CapacityMode((data.get("capacity") or {}).get(
+                "nodes", default.capacity.nodes.value)),
+        ),
     )
 
 

@@ -5,7 +5,8 @@
 - Names: Ray workloads are DNS-1035 labels of at most ``MAX_RAY_NAME`` characters (gitray derives
   longer names from them); other objects are DNS-1123 subdomains.
 - The namespace (explicit, or ``defaultNamespace``) must match ``allowedNamespaces``.
-- Labels and annotations are string maps; ``gitray.io/wave`` is an integer string.
+- Labels and annotations are string maps; ``gitray.io/wave`` is an integer string;
+  ``gitray.io/prune`` is ``disabled`` (or ``enabled``, the default).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import re
 from typing import Any
 
 from gitray.core.config import CLUSTER_SCOPED_KINDS, Config
-from gitray.core.model import ANN_WAVE, API_VERSION_RAY, Diagnostic, Kind
+from gitray.core.model import (
+    ANN_PRUNE,
+    ANN_WAVE,
+    API_VERSION_RAY,
+    PRUNE_DISABLED,
+    Diagnostic,
+    Kind,
+)
 from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlsafe import YamlDocument
 from gitray.plans.rules import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, MAX_RAY_NAME
@@ -105,6 +113,7 @@ def check_identity(
     _string_map(document, meta, "labels", diagnostics)
     _string_map(document, meta, "annotations", diagnostics)
     wave = _wave(document, meta, diagnostics)
+    _prune(document, meta, diagnostics)
     if "generateName" in meta:
         diagnostics.append(_generate_name(document, meta["generateName"]))
     if len(diagnostics) > before or name is None or namespace is None:
@@ -236,3 +245,18 @@ def _wave(document: YamlDocument, meta: dict[str, Any], diagnostics: list[Diagno
             )
         )
     return 0
+
+
+def _prune(document: YamlDocument, meta: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict) or ANN_PRUNE not in annotations:
+        return
+    text = annotations[ANN_PRUNE]
+    if isinstance(text, str) and text not in (PRUNE_DISABLED, "enabled"):
+        diagnostics.append(
+            Diagnostic(
+                document.locate(("metadata", "annotations", ANN_PRUNE)),
+                f"annotation {ANN_PRUNE} must be \"{PRUNE_DISABLED}\" (keep the workload when it "
+                f"leaves Git) or \"enabled\", not {text!r}",
+            )
+        )

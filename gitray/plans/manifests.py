@@ -15,6 +15,7 @@ from gitray.core.model import (
     ANN_CLUSTER_HASH,
     ANN_DELETE_AFTER,
     ANN_FAILED,
+    ANN_PRUNE,
     ANN_SERVE_CONFIG_HASH,
     ANN_SPEC_HASH,
     ANN_TEMPLATE_HASH,
@@ -99,10 +100,11 @@ def _metadata(
 
 
 def _wave_only(workload: Workload) -> dict[str, Any]:
-    """Generated objects keep only the wave of the workload's annotations (for pruning order)."""
+    """Generated objects keep only the wave (for pruning order) and the prune opt-out of the
+    workload's annotations."""
     annotations = (workload.manifest.get("metadata") or {}).get("annotations") or {}
-    wave = annotations.get(ANN_WAVE)
-    return {"metadata": {"annotations": {ANN_WAVE: wave}}} if wave is not None else {}
+    kept = {k: annotations[k] for k in (ANN_WAVE, ANN_PRUNE) if annotations.get(k) is not None}
+    return {"metadata": {"annotations": kept}} if kept else {}
 
 
 def cluster_manifest(workload: Workload, instance: str) -> dict[str, Any]:

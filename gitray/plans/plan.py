@@ -14,6 +14,11 @@ from enum import StrEnum
 from typing import Any
 
 from gitray.core.model import JSON, ObjectKey, SourceLocation
+from gitray.plans.quantities import (
+    ResourceChange,
+    resource_change_from_json,
+    resource_change_to_json,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -113,6 +118,9 @@ class WorkloadPlan:
     desired_hash: str = ""  # hash of the workload's desired spec ("" when removed from Git)
     notes: tuple[str, ...] = ()  # display-only
     changes: tuple[FieldChange, ...] = ()  # display-only
+    # display-only (and capacity pre-flight): pod requests added and at peak, when the plan
+    # creates, changes or deletes a Ray cluster (gitray.plans.resources)
+    resources: ResourceChange | None = None
 
     @property
     def has_changes(self) -> bool:
@@ -179,6 +187,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         }
         if w.source is not None:
             item["source"] = {"path": w.source.path, "line": w.source.line, "col": w.source.col}
+        if w.resources is not None:
+            item["resources"] = resource_change_to_json(w.resources)
         workloads.append(item)
     return {
         "formatVersion": FORMAT_VERSION,
@@ -217,6 +227,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
     for item in data["workloads"]:
         k = item["workload"]
         src = item.get("source")
+        res = item.get("resources")
         workloads.append(
             WorkloadPlan(
                 key=ObjectKey(k["kind"], k["namespace"], k["name"]),
@@ -239,6 +250,7 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
                     FieldChange(c["path"], c.get("before"), c.get("after"))
                     for c in item.get("changes", ())
                 ),
+                resources=resource_change_from_json(res) if res else None,
             )
         )
     return Plan(

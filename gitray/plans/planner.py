@@ -15,7 +15,8 @@ naming the first step that would fail (``gitray.plans.prerequisites``).
 
 Safety rules: a revision with no workloads never prunes (unless ``allowEmpty``); objects in a
 namespace outside ``allowedNamespaces`` are never touched; ``prune: false`` keeps removed
-workloads and says so.
+workloads and says so; so does ``gitray.io/prune: disabled`` on any live object of a removed
+workload (set in Git before it left, or by hand): the workload is the unit, all of it is kept.
 
 Planning in batches (:class:`Planner`): a workload's plan depends only on its own desired
 manifest and the live objects it owns, and everything a workload owns lives in its namespace.
@@ -33,16 +34,26 @@ from datetime import datetime
 from gitray.core.config import Config
 from gitray.core.errors import ValidationError
 from gitray.core.livestore import batch_namespace
-from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
+from gitray.core.model import (
+    ANN_PRUNE,
+    PRUNE_DISABLED,
+    Diagnostic,
+    Kind,
+    LiveObject,
+    LiveState,
+    ObjectKey,
+    Workload,
+)
 from gitray.plans.inputs import explain_inputs, with_inputs
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
 from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.resources import workload_resources
 from gitray.plans.sensitive import redact_plan, rules_for
 
-__all__ = ["Planner", "compute_plan", "order_key"]
+__all__ = ["Planner", "compute_plan", "order_key", "prune_disabled"]
 
 _KIND_ORDER = {Kind.RAY_CLUSTER.value: 1, Kind.RAY_SERVICE.value: 2, Kind.RAY_JOB.value: 3,
                Kind.RAY_CRON_JOB.value: 4}
@@ -109,6 +120,7 @@ class Planner:
         self._plans: list[WorkloadPlan] = []
         self._refused: list[Diagnostic] = []
         self._removed: list[ObjectKey] = []  # live workloads Git no longer has (for notes)
+        self._kept: list[tuple[ObjectKey, LiveObject]] = []  # gitray.io/prune: disabled
         self._basis: list[BasisObject] = []
 
     def add(self, namespaces: Collection[str], live: LiveState) -> None:
@@ -125,7 +137,15 @@ class Planner:
             desired.update(self._by_ns.get(ns, {}))
         removed = sorted(k for k in live.owners() if k.namespace in batch and k not in desired)
         self._removed += removed
-        pruned = [k for k in removed if self._prune and self._config.allows(k.namespace)]
+        pruned = []
+        for k in removed:
+            if not (self._prune and self._config.allows(k.namespace)):
+                continue
+            opted_out = prune_disabled(live.owned_by(k))
+            if opted_out is not None:
+                self._kept.append((k, opted_out))
+            else:
+                pruned.append(k)
         for key in sorted([*desired, *pruned]):
             try:
                 self._plans.append(_plan_one(key, desired.get(key), live, self._config,
@@ -159,14 +179,24 @@ class Planner:
         if not self._config.prune:
             return [f"prune is off: {len(removed)} workload(s) removed from Git are kept: "
                     + ", ".join(str(k) for k in removed)]
-        return [f"{key} is outside allowedNamespaces: left alone"
-                for key in removed if not self._config.allows(key.namespace)]
+        kept = [f"{key} was removed from Git but is kept: {ANN_PRUNE}: {PRUNE_DISABLED} on "
+                f"{obj.kind} {obj.name}"
+                for key, obj in sorted(self._kept, key=lambda t: t[0])]
+        return kept + [f"{key} is outside allowedNamespaces: left alone"
+                       for key in removed if not self._config.allows(key.namespace)]
+
+
+def prune_disabled(owned: Collection[LiveObject]) -> LiveObject | None:
+    """The first of a workload's live objects that opts out of pruning, if any."""
+    return next((o for o in sorted(owned, key=lambda o: (o.kind, o.name))
+                 if o.annotations.get(ANN_PRUNE) == PRUNE_DISABLED), None)
 
 
 def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,
               now: datetime, exact: bool, remembered: Mapping[str, str]) -> WorkloadPlan:
     # no sensitive value (Secret data, sensitiveFields) leaves the planner
     wp = explain_inputs(_plan_kind(key, workload, live, config, now, exact, remembered))
+    wp = replace(wp, resources=workload_resources(key.name, wp.steps, live.owned_by(key)))
     return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
 
 

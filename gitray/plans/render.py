@@ -12,12 +12,14 @@ from typing import TextIO
 
 from gitray.core.model import JSON
 from gitray.plans.plan import Action, FieldChange, Plan, StepType, WorkloadPlan, plan_to_json
+from gitray.plans.quantities import summary_line as resource_summary
 from gitray.plans.sensitive import SENSITIVE
 from gitray.plans.steptypes import describe_step
 
 __all__ = ["COMMENT_MARKER", "Format", "json_chunks", "render", "summary_line", "write_plan"]
 
 COMMENT_MARKER = "<!-- gitray-plan -->"
+_PODS_NOTE = "pod requests; a range is minReplicas..maxReplicas"
 
 
 class Format(StrEnum):
@@ -114,6 +116,8 @@ def _text(plan: Plan, colour: bool) -> str:
         out.append(f"  # {_heading(w)}{where}")
         line = f"  {w.action.marker} {_heading(w)} {_verb(w)}"
         out.append(paint(_COLOURS[w.action], line))
+        if w.resources is not None and w.has_changes:
+            out.append(f"      resources: {resource_summary(w.resources)}")
         out += [f"      {_change_line(c)}" for c in w.changes]
         out += [f"      {i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]
         out += [f"      note: {n}" for n in w.notes]
@@ -138,6 +142,8 @@ def _markdown(plan: Plan) -> str:
     for w in changed:
         out += ["<details>", f"<summary><code>{w.action.marker} {_heading(w)}</code> "
                 f"{_verb(w)}</summary>", ""]
+        if w.resources is not None:
+            out += [f"**Resources** ({_PODS_NOTE}): {resource_summary(w.resources)}", ""]
         if w.changes:
             out += ["```diff", *(_change_line(c) for c in w.changes), "```"]
         out += [f"{i}. {describe_step(s)}" for i, s in enumerate(w.steps, 1)]

@@ -767,6 +767,8 @@ ACCESS = [
     ("create", "namespaces", None, False),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", None, False),
     ("list", "nodes", None, False),
+    ("list", "resourcequotas", ALLOWED, True),  # the capacity pre-flight's quota check
+    ("create", "resourcequotas", ALLOWED, False),
 ]
 
 

@@ -241,7 +241,8 @@ def test_the_plan_says_which_overlay_makes_a_blue_green_upgrade() -> None:
     text = render(plan, Format.TEXT)
     assert ("# RayService ray-prod/text-service  (overlays/prod/kustomization.yaml:1:1)\n"
             "  \u00b1 RayService ray-prod/text-service will get a new cluster (blue-green)\n"
-            "      ~ spec.rayClusterConfig.headGroupSpec.template.spec.containers[ray-head].image: "
+            "      resources: blue-green: ") in text  # then the pod requests it adds
+    assert ("      ~ spec.rayClusterConfig.headGroupSpec.template.spec.containers[ray-head].image: "
             '"rayproject/ray:2.60.0" -> "rayproject/ray:2.61.0"\n') in text
 
 

@@ -243,6 +243,12 @@ RULE_CASES = {
         "s.yaml:7:5",
         "metadata.annotations.gitray.io/wave must be a string; quote the value",
     ),
+    "a prune opt-out other than disabled or enabled": Bad(
+        {"s.yaml": service(extra_meta='\n  annotations:\n    gitray.io/prune: "false"')},
+        "s.yaml:7:5",
+        'annotation gitray.io/prune must be "disabled" (keep the workload when it leaves Git) '
+        'or "enabled", not \'false\'',
+    ),
     "a label value that is not a string": Bad(
         {"s.yaml": service(extra_meta="\n  labels:\n    enabled: true")},
         "s.yaml:7:5",

@@ -1,0 +1,85 @@
+"""Server-side dry-run of a plan: every object gitray would create or change is sent to the API
+server with ``dryRun=All`` (server-side apply) before anything is changed, so admission
+(validating webhooks, ValidatingAdmissionPolicies, ResourceQuota object counts, ...) speaks
+during ``plan`` against live and before ``apply``/``sync``. I/O; nothing is stored.
+
+A refusal is a plan error at the workload's place in Git:
+``path:line:col: the API server would refuse: RayCluster ns/name: <the server's message>``,
+with any sensitive value of the revision blanked out of the message. Credentials that may not
+write (a read-only CI identity: RBAC says "cannot patch resource") skip the dry-run with a note,
+never pass it silently; an object kind the API server does not serve is the prerequisites
+check's business (``gitray.plans.prerequisites``), not a refusal here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gitray.core.errors import ForbiddenError, InvalidError, NotFoundError
+from gitray.core.model import Diagnostic, SourceLocation
+from gitray.k8s.client import Kube
+from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
+
+__all__ = ["DRY_RUN_STEPS", "dry_run"]
+
+# the steps whose params hold a whole object gitray creates or server-side applies
+DRY_RUN_STEPS = frozenset({StepType.CREATE_CLUSTER, StepType.UPDATE_CLUSTER,
+                           StepType.CREATE_JOB, StepType.APPLY_OBJECT,
+                           StepType.CREATE_SERVICE})
+_RBAC = re.compile(r"\bcannot [a-z]+ resource\b")
+_BLANK = "(sensitive value)"
+
+
+def _where(wp: WorkloadPlan) -> SourceLocation:
+    return wp.source or SourceLocation(f"{wp.key.namespace}/{wp.key.kind}/{wp.key.name}")
+
+
+def _scrub(text: str, sensitive: SensitiveValues) -> str:
+    for value in sensitive.values.values():
+        if isinstance(value, str) and len(value) >= 4:
+            text = text.replace(value, _BLANK)
+    return text
+
+
+def dry_run(kube: Kube, plan: Plan, sensitive: SensitiveValues
+            ) -> tuple[list[Diagnostic], list[str]]:
+    """(refusals as plan errors, notes) of a server-side dry-run of ``plan``'s objects."""
+    refused: list[Diagnostic] = []
+    for wp in plan.workloads:
+        for step in wp.steps:
+            if step.type not in DRY_RUN_STEPS:
+                continue
+            try:
+                manifest = sensitive.reveal(step).params.get("manifest")
+            except UnknownSensitiveValue:
+                continue  # a saved plan of another revision: refused as stale elsewhere
+            if not isinstance(manifest, Mapping):
+                continue
+            body: Mapping[str, Any] = manifest
+            meta = body.get("metadata") or {}
+            what = f"{body.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+            try:
+                kube.apply(body, dry_run=True)
+            except NotFoundError:
+                continue  # the kind is not served: the prerequisites check says so
+            except ForbiddenError as e:
+                message = _scrub(_server_message(str(e), what), sensitive)
+                if _RBAC.search(message):
+                    return refused, [f"server-side dry-run not done (these credentials may "
+                                     f"not write): {message}"]
+                refused.append(Diagnostic(_where(wp),
+                                          f"the API server would refuse: {what}: {message}"))
+            except InvalidError as e:
+                message = _scrub(_server_message(str(e), what), sensitive)
+                refused.append(Diagnostic(_where(wp),
+                                          f"the API server would refuse: {what}: {message}"))
+    return refused, []
+
+
+def _server_message(text: str, what: str) -> str:
+    """The API server's message without the client's ``applying <what>: `` prefix."""
+    prefix = f"applying {what}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
