@@ -317,7 +317,6 @@ def _confirm() -> None:
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
-    from gitray.cli.console import ConsoleReporter
     from gitray.cli.notifying import ApplyNotices
     from gitray.engine.apply import (
         check_saved_plan,
@@ -360,11 +359,9 @@ def _cmd_apply(args: argparse.Namespace) -> int:
             print(f"waiting for the Lease {lease_ns}/{args.lease_name} held by "
                   f"{holder or 'nobody'} ({seconds:.0f} s)", file=sys.stderr, flush=True)
 
-        notices = ApplyNotices(desired.config, snapshot.revision)
-        outcomes = execute(Wiring(kube, settings), desired, plan,
-                           notices.reporter(ConsoleReporter()), waiting,
-                           replan=not args.plan_file)
-        notices.finish(outcomes)
+        outcomes = ApplyNotices(desired.config, snapshot.revision).run(  # console + receivers
+            lambda report: execute(Wiring(kube, settings), desired, plan, report, waiting,
+                                   replan=not args.plan_file))
     finally:
         kube.close()
     failed = [o for o in outcomes if o.outcome is Outcome.FAILED]

@@ -5,8 +5,9 @@ at most ``FLUSH_S`` for it (a receiver that is down delays the exit by no more).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from gitray.cli.console import ConsoleReporter
 from gitray.core.config import Config
 from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.notices import outcome_notices, step_notices
@@ -29,6 +30,13 @@ class ApplyNotices:
             for notice in step_notices(event, self.revision):
                 self.notifier.notify(notice)
         return report
+
+    def run(self, execute: Callable[[Reporter], list[WorkloadOutcome]]
+            ) -> list[WorkloadOutcome]:
+        """``execute`` with the console's reporter and this one's; the outcomes notified."""
+        outcomes = execute(self.reporter(ConsoleReporter()))
+        self.finish(outcomes)
+        return outcomes
 
     def finish(self, outcomes: Iterable[WorkloadOutcome]) -> None:
         for notice in outcome_notices(self.revision, "commit", outcomes):
