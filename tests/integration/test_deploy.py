@@ -42,7 +42,7 @@ from gitray.core.model import (
     SourceLocation,
 )
 from gitray.engine.progress import ProgressStore
-from gitray.engine.record import RunState, StepRecord, StepStatus, utc_now
+from gitray.engine.record import RunState, StepRecord, StepStatus, record_selector, utc_now
 from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease
@@ -497,7 +497,7 @@ def test_service_account_takes_the_lease_and_writes_run_records(
         assert [r.key for r in store.list()] == [wp.key]  # list by label selector
         assert store.load(wp.key) == record  # get
         items, _ = admin.list("v1", "ConfigMap", namespace=NAMESPACE,
-                              label_selector=store.selector)
+                              label_selector=record_selector(INSTANCE))
         record_names = {i["metadata"]["name"] for i in items}
         assert lease.release()
         # The Role names the Lease `gitray`: another Lease name is refused.
