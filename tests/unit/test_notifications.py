@@ -227,14 +227,16 @@ class Receiving:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 code = outer.codes.pop(0) if outer.codes else 200
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                # recorded before answering: once answered, the sender's next request may be
+                # handled by another thread, which must not record ahead of this one
                 with outer.arrived:
                     if code == 200:
                         outer.got.append((self.path, json.loads(body),
                                           self.headers.get("Authorization") or ""))
                     outer.arrived.notify_all()
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
