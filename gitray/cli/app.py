@@ -114,6 +114,8 @@ def _sync_parser(sub: Any) -> None:
                     metavar="N", help="check for drift every N polls (0: never) [10]")
     sy.add_argument("--deletion-interval", default=env("GITRAY_DELETION_INTERVAL", "15s"),
                     help="how often due deletions of old clusters are checked [15s]")
+    sy.add_argument("--workers", type=_at_least_one, default=env("GITRAY_WORKERS", "8"),
+                    metavar="N", help="workloads whose runs go on at the same time [8]")
     sy.add_argument("--http-address", default=env("GITRAY_HTTP_ADDRESS", "0.0.0.0:8080"),
                     help="HOST:PORT for /healthz, /readyz, /metrics, /hooks/git")
     sy.add_argument("--webhook-secret-file", default=env("GITRAY_WEBHOOK_SECRET_FILE"),
@@ -164,6 +166,12 @@ def exec_args(cmd: argparse.ArgumentParser) -> None:
                           "proxy (through the API server) [service in-cluster, else proxy]")
     cmd.add_argument("--ray-token-file", default=env("GITRAY_RAY_TOKEN_FILE"),
                      help="file holding the Ray dashboard token (x-ray-authorization)")
+
+
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1 expected, got {text!r}")
+    return int(text)
 
 
 def _pr_from_env() -> int | None:

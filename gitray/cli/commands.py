@@ -425,7 +425,8 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         kube=_kube_settings(args),
         cache_dir=default_cache_dir(args.repo, Path(args.cache_dir)) if args.cache_dir else None,
         status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
-        allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None)
+        allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None,
+        workers=args.workers)
     return Daemon(settings).run_forever()
 
 

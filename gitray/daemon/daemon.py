@@ -1,28 +1,20 @@
 """``gitray sync``: follow a branch, apply each new commit, heal drift, clean up. I/O.
 
 Every replica serves HTTP (/healthz, /readyz, /metrics, /hooks/git) and contends for the
-Lease; only the holder fetches and executes. apscheduler runs three jobs:
+Lease (``gitray.daemon.leadership``; a standby watches it and keeps warm:
+``gitray.daemon.standby``); only the holder fetches and executes. apscheduler runs the poll
+job (every ``interval``: git fetch; a new commit, a due retry, a run that ended or a due drift
+check starts a pass) and the deletions job (every ``deletion_interval``: old RayService
+clusters whose persisted deadline passed).
 
-- poll (every ``interval``): git fetch; a new commit, a due retry or a due drift check starts
-  a sync pass;
-- deletions (every ``deletion_interval``): deletes old RayService clusters whose persisted
-  deadline passed;
-- leadership is kept by the Lease's own threads (acquire attempts every retry period;
-  ``gitray.daemon.leadership``).
-
-A standby also watches the Lease: a release (or a holder's renewals, which date its lapse)
-is heard at once, and an attempt follows right away instead of on the next retry tick; the
-periodic attempts remain the fallback when the watch is down. And it keeps warm
-(``gitray.daemon.standby``): it fetches the branch and validates its head now and then, so that
-taking over costs a plan, not a cold load.
-
-A sync pass never prunes on an unreadable or invalid revision (nothing is applied at all), and
-a workload whose run failed at a revision is not retried at that revision (a later commit
-retries). A newer commit that wants another spec for a RayService whose upgrade is still
-waiting (before any traffic moved) ends that run (``gitray.daemon.newer``) and is synced at
-once: a revert cancels the upgrade instead of finishing it first. SIGTERM interrupts the
-current step (a wait ends at once), leaves the run record "running" with its cursor at that
-step for the next leader, and releases the Lease.
+A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
+(``gitray.daemon.fleet``), so a long wait holds no other workload, commit or deletion; a commit
+gets its verdict from its workloads' runs (``gitray.daemon.verdicts``). A pass never prunes on
+an unreadable or invalid revision, and a workload whose run failed at a revision is not retried
+at that revision (a later commit retries). A newer commit that wants another spec for a
+RayService whose upgrade still waits (before any traffic moved) ends that run
+(``gitray.daemon.newer``). SIGTERM interrupts the runs (a wait ends at once), leaves their
+records "running" with their cursors for the next leader, and releases the Lease.
 """
 
 from __future__ import annotations
@@ -49,6 +41,7 @@ from gitray.core.errors import (
 )
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
+from gitray.daemon.fleet import Fleet, Flight, dispatchable
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.leadership import Leadership
@@ -59,28 +52,24 @@ from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.signals import Signals
 from gitray.daemon.standby import Revisions, Standby
 from gitray.daemon.state import StateBox
+from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.engine.apply import (
     Desired,
     desired_from,
     live_plan,
     read_live,
     resumable,
-    unappliable,
 )
-from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.engine.executor import StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
-from gitray.engine.record import RunState
+from gitray.engine.record import Record, RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch
 from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder
-from gitray.plans.filters import (
-    hold_back,
-    only_deletions,
-    skip_failed,
-)
-from gitray.plans.plan import Plan
+from gitray.plans.filters import only_deletions, skip_failed
+from gitray.plans.plan import Plan, WorkloadPlan
 
 __all__ = ["Daemon", "PostStatus"]
 
@@ -109,6 +98,11 @@ class Daemon:
         self.standby = Standby(settings, self.kube, self.revisions, self._lock)
         self._stopping = threading.Event()
         self._poked = threading.Event()  # a webhook came in: a pass waiting looks at Git now
+        self._ended = threading.Event()  # a run ended: the next poll plans its commit again
+        self.verdicts = Verdicts(self.post_status, self.metrics, self.signals, self.state,
+                                 self._health)
+        self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
+        self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
         self.health_job = HealthJob(  # health watched after convergence
             HealthWatch(self.signals, self.post_status), self.state, self.revisions, self._lock,
             lambda: self.lease.is_leader and not self._stopping.is_set(), self._health,
@@ -178,8 +172,14 @@ class Daemon:
         self._stopping.set()
         self.wiring.interrupt()  # a step waiting now ends at once
         self.scheduler.shutdown(wait=False)
-        with self._lock:  # the running pass stops at its next progress point
+        with self._lock:  # a pass planning now ends
             pass
+        # the runs stop at their next progress point, their records "running" for the next
+        # leader (bounded: run records are durable)
+        if not self.fleet.wait(STOP_GRACE_S / 2):
+            log.warning("runs still stopping: %s", ", ".join(
+                str(k) for k in self.fleet.in_flight()))
+        self.fleet.shutdown()
         self.lease.stop_renewing()
         if self.lease.is_leader:  # first: a standby waits for this
             released = self.lease.release()
@@ -203,7 +203,7 @@ class Daemon:
     def _detail(self) -> dict[str, object]:
         s = self.state.current
         return {"synced": s.synced, "fetched": s.fetched, "git": s.git_problem or "ok",
-                "api": s.api_problem or "ok"}
+                "api": s.api_problem or "ok", "inFlight": self.fleet.detail()}
 
     # ---- jobs ---------------------------------------------------------------------------
 
@@ -230,6 +230,8 @@ class Daemon:
             return
         finally:
             self.metrics.git_fetch.observe(time.monotonic() - started)
+        ended = self._ended.is_set()
+        self._ended.clear()  # (a run ending from now on sets it again)
         before, state = self.state.change(
             lambda s: replace(s, git_problem="", fetched=fetched.sha))
         if before.git_problem:
@@ -248,6 +250,8 @@ class Daemon:
             self.sync(fetched.cache, fetched.sha, "commit")
         elif retry:
             self.sync(fetched.cache, fetched.sha, "retry")
+        elif ended:  # the next wave, or the commit's verdict
+            self.sync(fetched.cache, fetched.sha, "run")
         elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
 
@@ -264,14 +268,15 @@ class Daemon:
 
     # ---- one pass -----------------------------------------------------------------------
 
-    def sync(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
-        """Plan ``sha`` against the live cluster and execute it (under the Lease)."""
+    def sync(self, cache: Path, sha: str, trigger: str) -> list[WorkloadPlan]:
+        """Plan ``sha`` against the live cluster and start the runs whose turn has come
+        (under the Lease); returns them, without waiting for them."""
         with self._lock:
             if self._stopping.is_set():
                 return []
             started = time.monotonic()
             try:
-                outcomes = self._pass(cache, sha, trigger)
+                started_runs = self._pass(cache, sha, trigger)
             except Interrupted:
                 log.info("sync of %s interrupted: the next leader resumes it", sha[:7])
                 return []
@@ -288,7 +293,7 @@ class Daemon:
                 self.metrics.sync_duration.labels(trigger).observe(time.monotonic() - started)
                 self.metrics.last_sync_time.set(time.time())
             self.state.update(api_problem="")
-            return outcomes
+            return started_runs
 
     def _backoff(self) -> None:
         _, state = self.state.change(lambda s: replace(s, failures=s.failures + 1))
@@ -303,7 +308,7 @@ class Daemon:
         if before.api_problem != problem:
             log.error("Kubernetes API: %s", e)
 
-    def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadOutcome]:
+    def _pass(self, cache: Path, sha: str, trigger: str) -> list[WorkloadPlan]:
         if trigger != "deletions":  # a deletions pass runs the synced commit, not the newest
             self.state.update(attempted=sha)
         snapshot = self.revisions.read(cache, sha)
@@ -351,89 +356,67 @@ class Daemon:
                          plan.revision[:7])
         if trigger == "deletions":
             plan = only_deletions(plan)
-        plan, held = self._hold_back(sha, trigger, plan)
+        plan, held = self.verdicts.hold_back(self.kube, sha, trigger, plan)
         resume = resumable(plan, records)
+        in_flight = self.fleet.in_flight()
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
             # sync": its failure status stands (e.g. for a new leader polling that commit)
-            if trigger in {"commit", "retry"} and not failed_before and not held:
-                self._converged(sha, desired, plan)
+            if trigger in VERDICT_TRIGGERS and not failed_before and not held \
+                    and not in_flight:
+                self.verdicts.converged(sha, desired)
             return []
-        log.info("sync %s (%s): %s", sha[:7], trigger,
-                 ", ".join(f"{w.key} {len(w.steps)} steps" for w in plan.workloads if w.steps))
-        if trigger in {"commit", "retry"}:
-            changing = sum(1 for w in plan.workloads if w.steps)
-            self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
-        executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
-                                        desired.sensitive,
-                                        superseded=self._newer_commit(sha, snapshot))
-        outcomes = executor.run_plan(plan, resume=resume)
-        self.signals.outcomes(sha, trigger, outcomes)
-        self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
-        self._report(sha, outcomes, desired, plan)
-        return outcomes
+        return self._dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,
+                              self._newer_commit(sha, snapshot))
 
-    def _hold_back(self, sha: str, trigger: str, plan: Plan
-                   ) -> tuple[Plan, dict[ObjectKey, list[str]]]:
-        """Not executable yet (an incremental RayService upgrade), or needing CRDs the cluster
-        lacks: held back whole, before any change, never started and failed half-way."""
-        held = unappliable(self.kube, plan)
-        for key, reasons in sorted(held.items()):
-            log.error("%s: %s not applied: %s", sha[:7], key, "; ".join(reasons))
-            if trigger in {"commit", "retry"}:
-                self.post_status(sha, key, "failure", f"not applied: {reasons[0]}")
-        return hold_back(plan, held), held
+    def _dispatch(self, sha: str, trigger: str, desired: Desired, plan: Plan,
+                  resume: dict[ObjectKey, Record], in_flight: dict[ObjectKey, Flight],
+                  failed: list[ObjectKey], superseded: NewerCommit) -> list[WorkloadPlan]:
+        """Start the runs whose turn has come (``dispatchable``), each on a worker."""
+        ready = dispatchable(plan, in_flight, failed, resume)
+        waiting = [w for w in plan.workloads
+                   if (w.steps or w.key in resume) and w.key not in in_flight and w not in ready]
+        if ready:
+            log.info("sync %s (%s): %s", sha[:7], trigger, ", ".join(
+                f"{w.key} {len(resume[w.key].plan.steps) if w.key in resume else len(w.steps)}"
+                " steps" for w in ready))
+        if trigger in VERDICT_TRIGGERS and (ready or trigger == "commit") and not failed:
+            changing = sum(1 for w in plan.workloads if w.steps or w.key in resume
+                           or (w.key in in_flight and in_flight[w.key].sha == sha))
+            self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
+        if not ready:
+            return []
+        progress = self.wiring.progress(desired.config)
+        executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
+                                        desired.sensitive, superseded=superseded)
+
+        def run(wp: WorkloadPlan) -> Callable[[], WorkloadOutcome]:
+            return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
+
+        for wp in ready:
+            self.fleet.dispatch(wp, sha, trigger, run(wp))
+        if trigger in VERDICT_TRIGGERS:
+            self.verdicts.dispatched(sha, [w.key for w in ready], left=bool(waiting))
+        return ready
+
+    def _run_ended(self, key: ObjectKey, flight: Flight, outcome: WorkloadOutcome | None
+                   ) -> None:
+        """A run ended (on its worker): report it, and plan its commit again at once."""
+        if outcome is None:  # interrupted, the Lease lost, or an API error: retried later
+            if not self._stopping.is_set() and self.lease.is_leader:
+                self._backoff()
+            return
+        self.verdicts.run_ended(key, flight, outcome, self.fleet.in_flight().values(),
+                                self.state.current.attempted)
+        self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
+        self._ended.set()
+        self.trigger_poll()
 
     def _newer_commit(self, sha: str, snapshot: Snapshot) -> NewerCommit:
         s = self.settings
         self._poked.clear()
         return NewerCommit(Source(s.repo, s.branch, s.cache_dir, s.overrides, s.allowed_signers),
                            sha, snapshot, self.revisions.memo, s.interval_s, self._poked)
-
-    def _report(self, sha: str, outcomes: list[WorkloadOutcome], desired: Desired,
-                plan: Plan) -> None:
-        """Statuses and metrics for the outcomes of one pass."""
-        superseded = [o for o in outcomes if o.outcome is Outcome.SUPERSEDED]
-        failed = [o for o in outcomes if o.outcome not in {Outcome.SUCCEEDED,
-                                                           Outcome.SUPERSEDED}]
-        for o in outcomes:
-            if o.outcome is Outcome.SUCCEEDED:
-                self.post_status(sha, o.key, "success", f"converged at {sha[:7]}")
-            elif o.outcome is Outcome.SUPERSEDED:
-                self.post_status(sha, o.key, "error", f"not finished: {o.reason}")
-            else:
-                self.post_status(sha, o.key, "failure", o.reason or o.outcome.value)
-        for outcome in Outcome:
-            self.metrics.workloads.labels(outcome.value).set(
-                sum(1 for o in outcomes if o.outcome is outcome))
-        if superseded:  # no verdict on this commit: the newer one is synced now
-            first = superseded[0]
-            log.info("%s: %s; syncing the newer commit", sha[:7], first.reason)
-            self.post_status(sha, None, "error",
-                             f"superseded: {first.key.kind} {first.key.name}: {first.reason}")
-            self.trigger_poll()
-        elif failed:
-            self.post_status(sha, None, "failure",
-                             f"{len(failed)} of {len(outcomes)} workload(s) failed: "
-                             f"{failed[0].key.kind} {failed[0].key.name}: {failed[0].reason}")
-            self.state.update(retry_at=0.0)
-        else:
-            self._converged(sha, desired, plan)
-
-    def _converged(self, sha: str, desired: Desired, plan: Plan) -> None:
-        before, _ = self.state.change(
-            lambda s: replace(s, synced=sha, failures=0, retry_at=0.0))
-        first = before.synced != sha
-        self.metrics.synced(sha)
-        if first:
-            health = self._health(desired)
-            self.signals.converged(sha, [w.key for w in desired.workloads], health)
-            for w in desired.workloads:
-                line = health.get(w.key, "-")
-                self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
-                                 + (f": {line}" if line != "-" else ""))
-            self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "
-                             f"sync at {sha[:7]}")
 
     def _health(self, desired: Desired) -> dict[ObjectKey, str]:
         """Each workload's health line for its success status (best effort: display only)."""
@@ -446,5 +429,12 @@ class Daemon:
             return {}
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
-        return self.signals.reporter(sha, step_reporter(sha, self.post_status, self.metrics,
-                                                        self.events, self._stopping))
+        inner = self.signals.reporter(sha, step_reporter(sha, self.post_status, self.metrics,
+                                                         self.events, self._stopping))
+
+        def report(event: StepEvent) -> None:
+            if event.phase == "start":
+                self.fleet.stepped(event.key, f"{event.index}/{event.total} "
+                                   f"{event.step.type.value} {event.step.target}")
+            inner(event)
+        return report

@@ -148,6 +148,8 @@ class Metrics:
                                          registry=r)
         self.workloads = Gauge("gitray_workloads", "Workloads by last outcome", ["outcome"],
                                registry=r)
+        self.in_flight = Gauge("gitray_runs_in_flight", "Workload runs going on now",
+                               registry=r)
         self.status_posts = Counter("gitray_status_posts_total",
                                     "Commit-status posts by result", ["result"], registry=r)
         self.polls = Counter("gitray_polls_total", "Poll jobs run", registry=r)

@@ -1,0 +1,72 @@
+"""`gitray sync` as a fleet controller (issue 26): each workload's run goes on on its own, so
+one workload's long wait holds no other. A real process, a real bare Git remote, real pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.integration.gitops import GitOpsRepo
+from tests.integration.test_daemon import notes, push, start_sync
+from tests.manifests import cluster_spec, dump, gitray_config
+from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
+
+IMAGE = "rayproject/ray:2.60.0"
+
+
+def rayjob(ns: str, seconds: int) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "train", "namespace": ns},
+            "spec": {"entrypoint": f"python -c 'import time; time.sleep({seconds})'",
+                     "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {
+                         "spec": {"containers": [{"name": "ray-head", "image": IMAGE}]}}}}}}
+
+
+def job_status(testenv: TestEnv, ns: str) -> str | None:
+    items = testenv.custom.list_namespaced_custom_object("ray.io", "v1", ns,
+                                                         "rayjobs")["items"]
+    return str(items[0].get("status", {}).get("jobStatus") or "") if items else None
+
+
+def test_a_running_rayjob_holds_no_other_teams_workload(
+        testenv: TestEnv, namespace: str, remote: tuple[Any, GitOpsRepo],
+        tmp_path: Any) -> None:
+    bare, work = remote
+    other = make_namespace(testenv)
+    sync = start_sync(testenv, namespace, bare, tmp_path)
+    try:
+        config = gitray_config(allowed=[namespace, other], status={"provider": "git-notes"})
+        first = push(work, "a training job", {"gitray.yaml": config,
+                                              "job.yaml": dump(rayjob(namespace, 120))})
+        # the job's run waits for it (wait-job): its commit is pending meanwhile
+        wait_for(lambda: job_status(testenv, namespace) == "RUNNING" or None, timeout=240,
+                 what="the RayJob RUNNING")
+        assert notes(bare, first)["gitray"]["state"] == "pending"
+
+        cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                   "metadata": {"name": "team-b", "namespace": other},
+                   "spec": cluster_spec(IMAGE, suspend=True)}
+        second = push(work, "another team's cluster", {"cluster.yaml": dump(cluster)})
+        wait_for(lambda: testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", other, "rayclusters")["items"] or None, timeout=90,
+            what="the RayCluster of the later commit created")
+        # created while the job's run still waits: the job sleeps 120 s once RUNNING
+        assert job_status(testenv, namespace) == "RUNNING"
+        (created,) = testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", other, "rayclusters")["items"]
+        assert created["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "gitray", \
+            created["metadata"]
+        assert notes(bare, first)["gitray"]["state"] == "pending"
+
+        # the job ends: its commit's verdict, then the later commit's
+        wait_for(lambda: notes(bare, first).get("gitray", {}).get("state") == "success"
+                 or None, timeout=300, what="the job's commit success")
+        assert job_status(testenv, namespace) == "SUCCEEDED"
+        job_context = f"gitray/{namespace}/RayJob/train"
+        assert notes(bare, first)[job_context]["state"] == "success"
+        wait_for(lambda: sync.metric("gitray_last_synced_revision_info",
+                                     f'revision="{second}"') == 1 or None, timeout=60)
+        assert notes(bare, second)["gitray"]["state"] == "success"
+        assert "Traceback" not in sync.logs()
+    finally:
+        sync.terminate()
+        drop_namespace(testenv, other)
