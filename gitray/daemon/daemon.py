@@ -170,6 +170,7 @@ class Daemon:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.fleet.stop()  # a run still queued never starts
         self.wiring.interrupt()  # a step waiting now ends at once
         self.scheduler.shutdown(wait=False)
         with self._lock:  # a pass planning now ends
@@ -264,7 +265,11 @@ class Daemon:
         cache = self.settings.cache_dir
         if cache is None:
             cache = default_cache_dir(self.settings.repo)
-        self.sync(cache, state.synced, "deletions")
+        # the newest commit passed (a commit with runs still going on is not "synced" yet, and
+        # its retired clusters are due all the same)
+        sha = state.attempted if state.attempted and state.attempted != state.refused \
+            else state.synced
+        self.sync(cache, sha, "deletions")
 
     # ---- one pass -----------------------------------------------------------------------
 

@@ -97,6 +97,7 @@ class Fleet:
         self._lock = threading.Lock()
         self._flights: dict[ObjectKey, Flight] = {}
         self._futures: dict[ObjectKey, Future[None]] = {}
+        self._stopping = threading.Event()  # runs not started yet never start
 
     def in_flight(self) -> dict[ObjectKey, Flight]:
         with self._lock:
@@ -134,19 +135,27 @@ class Fleet:
         _, running = wait_futures(futures, timeout=timeout)
         return not running
 
+    def stop(self) -> None:
+        """No run starts from now on (the runs going on stop at their progress points)."""
+        self._stopping.set()
+
     def shutdown(self) -> None:
+        self.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self, key: ObjectKey, flight: Flight, run: Run) -> None:
         outcome: WorkloadOutcome | None = None
         try:
+            if self._stopping.is_set():
+                raise Interrupted("shutting down")
             outcome = run()
         except Interrupted:
-            log.info("run of %s interrupted: the next leader resumes it", key)
+            log.info("sync of %s interrupted: the next leader resumes %s", flight.sha[:7], key)
         except LeaseLostError as e:
-            log.warning("run of %s stopped: %s (the next leader resumes it)", key, e)
+            log.warning("sync of %s stopped: %s: %s (the next leader resumes it)",
+                        flight.sha[:7], key, e)
         except GitrayError as e:
-            log.error("run of %s stopped: %s", key, e)
+            log.error("sync of %s failed: %s: %s", flight.sha[:7], key, e)
         except Exception:  # a bug must not leave the workload "in flight" for good
             log.exception("run of %s crashed", key)
         finally:

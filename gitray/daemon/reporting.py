@@ -38,6 +38,7 @@ class StatusBridge:
         self.prefix = "gitray"
         self._chosen: tuple[object, ...] = ()
         self._seen = PublishCounts()
+        self._counting = threading.Lock()  # posts come from the runs' workers too
 
     def configure(self, snapshot: Snapshot, cache: Path) -> None:
         """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
@@ -73,12 +74,13 @@ class StatusBridge:
 
     def _count(self) -> None:
         assert self.publisher is not None
-        now = self.publisher.counts()
-        for result in ("posted", "deduplicated", "retried", "failed"):
-            delta = getattr(now, result) - getattr(self._seen, result)
-            if delta > 0:
-                self.metrics.status_posts.labels(result).inc(delta)
-        self._seen = now
+        with self._counting:
+            now = self.publisher.counts()
+            for result in ("posted", "deduplicated", "retried", "failed"):
+                delta = getattr(now, result) - getattr(self._seen, result)
+                if delta > 0:
+                    self.metrics.status_posts.labels(result).inc(delta)
+            self._seen = now
 
 
 def event_target(step: Step) -> EventTarget | None:

@@ -157,13 +157,15 @@ def test_a_signed_webhook_triggers_a_poll_and_a_bad_one_is_rejected(
         testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
         tmp_path: Path) -> None:
     bare, work = remote
-    push(work, "first", {"gitray.yaml": gitray_config(namespace=namespace),
+    first = push(work, "first", {"gitray.yaml": gitray_config(namespace=namespace),
                          "cm.yaml": dump({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "hooked", "namespace": namespace}, "data": {"v": "1"}})})
     sync = start_sync(testenv, namespace, bare, tmp_path, interval="10m")
     try:
-        wait_for(lambda: sync.metric("gitray_polls_total") >= 1 or None, timeout=30)
+        # converged: the poll that followed the ConfigMap's run found nothing left to do
+        wait_for(lambda: sync.metric("gitray_last_synced_revision_info",
+                                     f'revision="{first}"') == 1 or None, timeout=30)
         polls = sync.metric("gitray_polls_total")
         body = json.dumps({"ref": "refs/heads/main"}).encode()
         assert sync.post("/hooks/git", body, {"X-Hub-Signature-256": "sha256=" + "0" * 64}) \

@@ -3,10 +3,12 @@ one workload's long wait holds no other. A real process, a real bare Git remote,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from tests.integration.gitops import GitOpsRepo
-from tests.integration.test_daemon import notes, push, start_sync
+from tests.integration.gitops import NEW_IMAGE, GitOpsRepo
+from tests.integration.harness import ray_clusters
+from tests.integration.test_daemon import notes, push, rs, start_sync
 from tests.manifests import cluster_spec, dump, gitray_config
 from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
 
@@ -67,6 +69,35 @@ def test_a_running_rayjob_holds_no_other_teams_workload(
                                      f'revision="{second}"') == 1 or None, timeout=60)
         assert notes(bare, second)["gitray"]["state"] == "success"
         assert "Traceback" not in sync.logs()
+    finally:
+        sync.terminate()
+        drop_namespace(testenv, other)
+
+
+def test_an_old_cluster_is_deleted_on_time_while_another_workload_waits(
+        testenv: TestEnv, namespace: str, remote: tuple[Any, GitOpsRepo],
+        tmp_path: Any) -> None:
+    """A blue-green upgrade and a long RayJob in one commit: the upgrade's old cluster is
+    deleted at its deadline (deletionDelay 5 s), not when the job's run ends."""
+    bare, work = remote
+    other = make_namespace(testenv)
+    sync = start_sync(testenv, namespace, bare, tmp_path)
+    try:
+        config = gitray_config("5s", allowed=[namespace, other])
+        first = push(work, "a service", {"gitray.yaml": config, "svc.yaml": rs(namespace)})
+        wait_for(lambda: sync.metric("gitray_last_synced_revision_info",
+                                     f'revision="{first}"') == 1 or None, timeout=240)
+        (blue,) = ray_clusters(testenv, namespace)
+        push(work, "upgrade, and a long job", {
+            "svc.yaml": rs(namespace, image=NEW_IMAGE), "job.yaml": dump(rayjob(other, 300))})
+        wait_for(lambda: ((clusters := ray_clusters(testenv, namespace)) and blue not in clusters)
+                 or None, timeout=300, what="the old cluster deleted")
+        assert len(ray_clusters(testenv, namespace)) == 1
+        # deleted while the job's run still waits (the job sleeps 300 s once RUNNING)
+        assert job_status(testenv, other) in {"PENDING", "RUNNING"}
+        flying = json.loads(sync.get("/readyz")[1])["inFlight"]
+        assert [f["workload"] for f in flying] == [f"{other}/RayJob/train"], flying
+        assert flying[0]["step"].startswith("2/2 wait-job"), flying
     finally:
         sync.terminate()
         drop_namespace(testenv, other)

@@ -151,3 +151,21 @@ def test_a_run_stopped_without_an_outcome_is_forgotten(error: Exception) -> None
         assert [(k, o) for k, _, o in ends.seen] == [(RC0, None)]
     finally:
         fleet.shutdown()
+
+
+def test_after_stop_a_queued_run_never_starts() -> None:
+    ends = Ends()
+    fleet = Fleet(1, ends)
+    started: list[ObjectKey] = []
+
+    def run() -> WorkloadOutcome:
+        started.append(RC0)
+        return WorkloadOutcome(RC0, Outcome.SUCCEEDED)
+
+    try:
+        fleet.stop()
+        assert fleet.dispatch(wp(RC0, 0, True), "abc", "commit", run)
+        assert ends.event.wait(30)
+        assert started == [] and [(k, o) for k, _, o in ends.seen] == [(RC0, None)]
+    finally:
+        fleet.shutdown()
