@@ -35,6 +35,7 @@ from gitray.core.credentials import redact_url
 from gitray.core.errors import (
     GitrayError,
     Interrupted,
+    LeaseLostError,
     SourceError,
     TransientError,
     ValidationError,
@@ -438,6 +439,8 @@ class Daemon:
                                                          self.events, self._stopping))
 
         def report(event: StepEvent) -> None:
+            if not self.lease.is_leader:  # a run stops at its next progress point, not only
+                raise LeaseLostError("the Lease was lost")  # at its next mutation
             if event.phase == "start":
                 self.fleet.stepped(event.key, f"{event.index}/{event.total} "
                                    f"{event.step.type.value} {event.step.target}")

@@ -15,7 +15,7 @@ ends it if it may, and the next pass plans it again.
 When a run ends, the daemon hears it (``on_end``): statuses, metrics, and a poll that plans the
 next wave or gives the commit its verdict. On shutdown the runs stop at their next progress
 point (``Interrupted``), their records left "running" for the next leader; a run whose Lease is
-lost stops at its fence and is forgotten.
+lost stops at its next progress point or fence (``LeaseLostError``) and is forgotten.
 """
 
 from __future__ import annotations
