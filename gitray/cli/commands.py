@@ -361,7 +361,8 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
         outcomes = ApplyNotices(desired.config, snapshot.revision).run(  # console + receivers
             lambda report: execute(Wiring(kube, settings), desired, plan, report, waiting,
-                                   replan=not args.plan_file))
+                                   replan=not args.plan_file,
+                                   override_freeze=args.override_freeze))
     finally:
         kube.close()
     failed = [o for o in outcomes if o.outcome is Outcome.FAILED]
