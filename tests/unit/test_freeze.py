@@ -246,7 +246,7 @@ def test_apply_refuses_an_override_without_a_reason(tmp_path: Path) -> None:
     for reason in ("", "   "):
         run = subprocess.run([sys.executable, "-m", "gitray", "apply", "--repo", str(tmp_path),
                               "--override-freeze", reason], capture_output=True, text=True,
-                             timeout=60)
+                             check=False, timeout=60)
         assert run.returncode == 2
         assert "--override-freeze: give a reason" in run.stderr
         assert "Traceback" not in run.stderr
@@ -260,6 +260,7 @@ def test_gitray_plan_shows_the_hold(tmp_path: Path) -> None:
          "scope": "new-clusters"}]))
     (repo / "svc.yaml").write_text(dump(raycluster("cl").manifest))
     run = subprocess.run([sys.executable, "-m", "gitray", "plan", "--repo", str(repo),
-                          "--against", "empty"], capture_output=True, text=True, timeout=60)
+                          "--against", "empty"], capture_output=True, text=True, check=False,
+                         timeout=60)
     assert run.returncode == 0, run.stderr
     assert "held: freeze window always (new clusters) until " in run.stdout
