@@ -37,8 +37,8 @@ from gitray.engine.gatewaymetrics import Series, parse_text, traefik_service, wi
 from gitray.engine.probes import HttpProbe
 from gitray.engine.upgradecontrol import Control
 from gitray.k8s.client import Kube
-from gitray.plans.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.plan import Step, StepType
+from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.serve import live_config_at
 from gitray.plans.steptypes import (
     RunAnalysisParams,

@@ -34,8 +34,8 @@ from typing import Any
 from gitray.core.errors import AnalysisFailed, TerminalError, UserError
 from gitray.core.model import ObjectKey
 from gitray.engine.record import Record, RunState
-from gitray.plans.gateway import cluster_serve_service_name
 from gitray.plans.plan import Step, StepType, WorkloadPlan
+from gitray.plans.rayservice.gateway import cluster_serve_service_name
 
 __all__ = [
     "SIGNAL_FORMAT_VERSION",

@@ -20,8 +20,8 @@ from gitray.core.errors import Aborted, AnalysisFailed, TerminalError
 from gitray.core.waits import Clock, Deadline
 from gitray.engine.traffic import Traffic, capacity_config, route_accepted
 from gitray.engine.upgradecontrol import Control
-from gitray.plans.gateway import route_refs
 from gitray.plans.plan import Step, StepType
+from gitray.plans.rayservice.gateway import route_refs
 from tests.unit.test_gateway_metrics import exposition
 
 
