@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from gitray.core.errors import AnalysisFailed
-from gitray.engine.gatewaymetrics import Traffic, quantile
+from gitray.engine.incremental.gatewaymetrics import Traffic, quantile
 
 __all__ = [
     "CheckResult",
