@@ -51,7 +51,7 @@ class LiveView(Protocol):
 
 
 class Planning(Protocol):
-    """What the routing moves read and add to (``gitray.plans.rscontext.Ctx`` is one)."""
+    """What the routing moves read and add to (``gitray.plans.rayservice.context.Ctx`` is one)."""
 
     @property
     def workload(self) -> Workload: ...
