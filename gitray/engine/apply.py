@@ -27,13 +27,13 @@ from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
 from gitray.parsing.kuberay import packaged
-from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.filters import earliest_deadline, hold_back
 from gitray.plans.freeze import freeze_note, frozen_workloads
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
+from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems

@@ -50,7 +50,7 @@ from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
-from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.rayservice.planner import plan_rayservice
 from gitray.plans.resources import workload_resources
 from gitray.plans.sensitive import redact_plan, rules_for
 
