@@ -408,8 +408,8 @@ class Daemon:
     def _run_ended(self, key: ObjectKey, flight: Flight, outcome: WorkloadOutcome | None
                    ) -> None:
         """A run ended (on its worker): report it, and plan its commit again at once."""
-        if outcome is None:  # interrupted, the Lease lost, or an API error: retried later
-            if not self._stopping.is_set() and self.lease.is_leader:
+        if outcome is None:  # the Lease lost or an API error: a retry pass resumes it (on
+            if not self._stopping.is_set():  # this replica once it leads again)
                 self._backoff()
             return
         self.verdicts.run_ended(key, flight, outcome, self.fleet.in_flight().values(),
