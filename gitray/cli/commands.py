@@ -71,9 +71,9 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
           warn: bool = True, report: str | None = None,
           staged: bool = False) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision, staged)
-    from gitray.render.kustomize import run as run_kustomize
+    from gitray.render import runners
 
-    result = load_snapshot(snapshot, overrides, kustomize=run_kustomize)
+    result = load_snapshot(snapshot, overrides, **runners())
     _check(result, warn, report, repo)
     return result, snapshot
 
@@ -202,9 +202,9 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
     try:
         kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
                                                  .kuberay_version))
-        from gitray.render.kustomize import run as run_kustomize
+        from gitray.render import runners
 
-        result = load_snapshot(snapshot, overrides, kuberay=kuberay, kustomize=run_kustomize)
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay, **runners())
         _check(result, report=report, repo=args.repo, note=False)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)

@@ -21,6 +21,7 @@ from gitray.core.config import (
     CapacityMode,
     CapacitySettings,
     Config,
+    HelmRelease,
     NotificationSettings,
     RayJobSettings,
     RayServiceSettings,
@@ -211,6 +212,9 @@ def _build(data: Mapping[str, Any]) -> Config:
             nodes=CapacityMode((data.get("capacity") or {}).get(
                 "nodes", default.capacity.nodes.value)),
         ),
+        helm=tuple(HelmRelease(str(h["chart"]), str(h["release"]), str(h.get("namespace") or ""),
+                               tuple(str(v) for v in h.get("values") or ()))
+                   for h in data.get("helm") or () if isinstance(h, Mapping)),
     )
 
 
