@@ -24,10 +24,10 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gitray.core.config import CONFIG_FILE, Config, HelmRelease
-from gitray.core.model import Diagnostic, SourceLocation
+from gitray.core.model import Diagnostic, SourceLocation, Workload
 from gitray.core.snapshot import RepoFile
 from gitray.parsing.globs import matches_any
 from gitray.parsing.text import decode_text
@@ -37,6 +37,7 @@ __all__ = [
     "CHART_FILE",
     "HelmRunner",
     "RenderedChart",
+    "at_templates",
     "chart_dirs",
     "map_diagnostic",
     "owned_by_helm",
@@ -254,7 +255,7 @@ def _entry_locations(files: Mapping[str, RepoFile], count: int) -> list[SourceLo
 
 
 def render_charts(files: Mapping[str, RepoFile], config: Config, helm: HelmRunner | None,
-                  diagnostics: list[Diagnostic], warnings: list[Diagnostic]
+                 diagnostics: list[Diagnostic], warnings: list[Diagnostic]
                   ) -> dict[str, RenderedChart]:
     """The output of every ``helm:`` entry whose chart ``paths``/``exclude`` select, by the
     path the loader reads it under; charts no entry names are reported as warnings."""
@@ -292,3 +293,23 @@ def render_charts(files: Mapping[str, RepoFile], config: Config, helm: HelmRunne
                 "a Helm chart no gitray.yaml helm entry names: not rendered (add one: "
                 f"helm: [{{chart: {d or '.'}, release: NAME}}])")))
     return out
+
+
+def at_templates(charts: Mapping[str, RenderedChart], workloads: list[Workload],
+                 diagnostics: list[Diagnostic], warnings: list[Diagnostic]
+                 ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
+    """Findings about rendered objects moved to the templates they came from; a rendered
+    workload's source is its template."""
+    known = {path: sources(chart) for path, chart in charts.items()}
+
+    def moved(found: list[Diagnostic]) -> list[Diagnostic]:
+        return [map_diagnostic(charts[d.location.path], d, known[d.location.path])
+                if d.location.path in charts else d for d in found]
+
+    placed = []
+    for w in workloads:
+        chart = charts.get(w.source.path)
+        template = source_of(chart, w.source.line, known[w.source.path]) if chart else None
+        placed.append(replace(w, source=SourceLocation(template or w.source.path))
+                      if chart else w)
+    return placed, moved(diagnostics), moved(warnings)

@@ -38,16 +38,7 @@ from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.parsing.yamlwalk import NodeBudget
 from gitray.plans.fields import refused_path
-from gitray.plans.helm import (
-    HelmRunner,
-    RenderedChart,
-    chart_dirs,
-    owned_by_helm,
-    render_charts,
-    source_of,
-)
-from gitray.plans.helm import map_diagnostic as helm_diagnostic
-from gitray.plans.helm import sources as helm_sources
+from gitray.plans.helm import HelmRunner, at_templates, chart_dirs, owned_by_helm, render_charts
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.kustomize import Runner, kustomize_dirs, owned_by_kustomize
 from gitray.plans.kustomized import at_sources, render_kustomizations
@@ -151,34 +142,14 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         workloads, diagnostics, warnings = at_sources(rendered, by_path, workloads,
                                                        diagnostics, warnings)
     if charts:
-        workloads, diagnostics, warnings = _at_templates(charts, workloads, diagnostics,
-                                                         warnings)
+        workloads, diagnostics, warnings = at_templates(charts, workloads, diagnostics,
+                                                        warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:
         return LoadResult(config, (), _capped(diagnostics), _capped(warnings), kuberay)
     return LoadResult(config, tuple(sorted(workloads, key=lambda w: w.key)), (),
                       _capped(warnings), kuberay)
-
-
-def _at_templates(charts: Mapping[str, RenderedChart], workloads: list[Workload],
-                  diagnostics: list[Diagnostic], warnings: list[Diagnostic]
-                  ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
-    """Findings about rendered objects moved to the templates they came from; a rendered
-    workload's source is its template."""
-    known = {path: helm_sources(chart) for path, chart in charts.items()}
-
-    def moved(found: list[Diagnostic]) -> list[Diagnostic]:
-        return [helm_diagnostic(charts[d.location.path], d, known[d.location.path])
-                if d.location.path in charts else d for d in found]
-
-    placed = []
-    for w in workloads:
-        chart = charts.get(w.source.path)
-        template = source_of(chart, w.source.line, known[w.source.path]) if chart else None
-        placed.append(replace(w, source=SourceLocation(template or w.source.path))
-                      if chart else w)
-    return placed, moved(diagnostics), moved(warnings)
 
 
 def _once(warnings: list[Diagnostic]) -> list[Diagnostic]:
