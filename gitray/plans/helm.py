@@ -147,8 +147,10 @@ def _dependency_problems(chart: str, meta: Mapping[str, object], files: Mapping[
 
 
 def _render(entry: HelmRelease, where: SourceLocation, config: Config,
-            files: Mapping[str, RepoFile], helm: HelmRunner
+            files: Mapping[str, RepoFile], helm: HelmRunner | None
             ) -> tuple[RenderedChart | None, list[Diagnostic]]:
+    """The checks (also without a runner: a hostile entry is refused everywhere), then the
+    render."""
     chart, why = _inside(entry.chart)
     if chart is None:
         return None, [Diagnostic(where, f"helm chart {why}")]
@@ -179,6 +181,8 @@ def _render(entry: HelmRelease, where: SourceLocation, config: Config,
         values.append(resolved)
     if out:
         return None, out
+    if helm is None:
+        return None, [Diagnostic(where, "helm rendering is not available here")]
     inputs = {p: f.data for p, f in files.items() if f.data is not None
               and (_under(p, chart) or p in values)}
     namespace = entry.namespace or config.default_namespace
@@ -270,10 +274,7 @@ def render_charts(files: Mapping[str, RepoFile], config: Config, helm: HelmRunne
             if not matches_any(chart_path, config.paths) or matches_any(chart_path,
                                                                         config.exclude):
                 continue
-        if helm is None:
-            found, problems = None, [Diagnostic(where, "helm rendering is not available here")]
-        else:
-            found, problems = _render(entry, where, config, files, helm)
+        found, problems = _render(entry, where, config, files, helm)
         # the same message for every entry (helm missing) is said once, at the first
         diagnostics.extend(p for p in problems if p.message not in said)
         said.update(p.message for p in problems)

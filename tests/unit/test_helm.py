@@ -298,3 +298,15 @@ def test_the_render_environment_is_minimal_and_offline() -> None:
                         "HELM_PLUGINS", "HELM_REGISTRY_CONFIG", "HELM_REPOSITORY_CONFIG"}
     assert all(v.startswith("/tmp/x/") for k, v in env.items() if k.startswith("HELM_"))
     assert not any(k in env for k in os.environ if "TOKEN" in k or "PASSWORD" in k)
+
+
+def test_without_a_renderer_a_hostile_entry_is_still_refused_and_a_good_one_said_once() -> None:
+    files = chart("c", {"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"})
+    files["gitray.yaml"] = config("  - {chart: ../x, release: r}\n  - {chart: c, release: r}\n"
+                                  "  - {chart: c, release: s}\n")
+    snapshot = Snapshot("worktree", "test",
+                        tuple(RepoFile(p, t.encode()) for p, t in sorted(files.items())))
+    assert [str(d) for d in load_snapshot(snapshot).diagnostics] == [
+        "gitray.yaml:5:5: helm chart '../x' leaves the repository; the revision must be "
+        "self-contained",
+        "gitray.yaml:6:5: helm rendering is not available here"]
