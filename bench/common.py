@@ -241,8 +241,10 @@ def gitray_argv(*args: str, counts: Path | None = None) -> list[str]:
     return [sys.executable, str(COUNTED), str(counts), *args]
 
 
-def gitray_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+def gitray_env(src: Path = REPO) -> dict[str, str]:
+    """The environment gitray runs in; ``src``: the checkout whose code runs (another one
+    than this, for a side-by-side benchmark)."""
+    return {**os.environ, "PYTHONPATH": str(src), "NO_COLOR": "1"}
 
 
 # ---- measured processes ----------------------------------------------------------------------
@@ -375,7 +377,7 @@ class SyncProc:
 
 def start_sync(env: Env, remote: Path, work: Path, *, lease_ns: str, interval: str = "1s",
                extra: Iterable[str] = (), counts: bool = False, name: str = "sync",
-               identity: str | None = None) -> SyncProc:
+               identity: str | None = None, src: Path = REPO) -> SyncProc:
     port = free_port()
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"{name}-{port}.log"
@@ -386,7 +388,7 @@ def start_sync(env: Env, remote: Path, work: Path, *, lease_ns: str, interval: s
         "--lease-namespace", lease_ns, "--dashboard", "pod-ip",
         "--cache-dir", str(work / f"cache-{name}"), "--log-format", "json", *extra,
         counts=count_file)
-    penv = gitray_env()
+    penv = gitray_env(src)
     if identity:
         penv["POD_NAME"] = identity
         penv["HOSTNAME"] = identity

@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="a plan saved with gitray plan --out; refused if it is stale")
     repo_args(ap)
     ap.add_argument("--yes", action="store_true", help="apply without asking")
+    ap.add_argument("--override-freeze", metavar="REASON", default=None, type=_reason,
+                    help="apply workloads an open freeze window holds (gitray.yaml "
+                         "freezeWindows); the reason is kept in their run records")
     cluster_args(ap)
     exec_args(ap)
 
@@ -90,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     lease_namespace_arg(st)
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
+    st.add_argument("--watch", nargs="?", const=2.0, default=None, type=_seconds,
+                    metavar="SECONDS", help="refresh every SECONDS (default 2) until Ctrl-C; "
+                    "in place on a terminal")
     for name, what in (("promote", "end the pause an incremental RayService upgrade is in (or "
                                    "the next one)"),
                        ("abort", "roll an incremental RayService upgrade in flight back")):
@@ -164,6 +170,27 @@ def exec_args(cmd: argparse.ArgumentParser) -> None:
                           "proxy (through the API server) [service in-cluster, else proxy]")
     cmd.add_argument("--ray-token-file", default=env("GITRAY_RAY_TOKEN_FILE"),
                      help="file holding the Ray dashboard token (x-ray-authorization)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.5 <= value <= 3600:
+        raise argparse.ArgumentTypeError("between 0.5 and 3600 seconds")
+    return value
+
+
+def _reason(text: str) -> str:
+    """The reason given to --override-freeze: one line, something said, at most 300
+    characters."""
+    reason = " ".join(text.split())
+    if not reason:
+        raise argparse.ArgumentTypeError("give a reason, e.g. 'hotfix for incident 42'")
+    if len(reason) > 300:
+        raise argparse.ArgumentTypeError("the reason is longer than 300 characters")
+    return reason
 
 
 def _pr_from_env() -> int | None:

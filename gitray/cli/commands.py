@@ -361,7 +361,8 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
         outcomes = ApplyNotices(desired.config, snapshot.revision).run(  # console + receivers
             lambda report: execute(Wiring(kube, settings), desired, plan, report, waiting,
-                                   replan=not args.plan_file))
+                                   replan=not args.plan_file,
+                                   override_freeze=args.override_freeze or ""))
     finally:
         kube.close()
     failed = [o for o in outcomes if o.outcome is Outcome.FAILED]
@@ -379,7 +380,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from gitray.cli.status import render_status, workload_status
+    from gitray.cli.status import show_status
     from gitray.engine.apply import desired_from
     from gitray.k8s.client import Kube
     from gitray.ray.dashboard import Resolver
@@ -387,11 +388,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     desired = desired_from(_read(args.repo, args.revision), _overrides(args.set))
     kube = Kube.connect(_kube_settings(args))
     try:
-        rows = workload_status(kube, desired, _lease_namespace(args),
-                               Resolver(kube, _dashboard_mode(args)))
+        show_status(kube, desired, _lease_namespace(args),
+                    Resolver(kube, _dashboard_mode(args)), args.watch)
     finally:
         kube.close()
-    sys.stdout.write(render_status(rows))
     return EXIT_OK
 
 

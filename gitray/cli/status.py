@@ -6,18 +6,26 @@ latest run, a RayCronJob's schedule and runs, each Serve application of a RaySer
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TextIO
 
+from gitray.core.errors import GitrayError
 from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
-from gitray.plans.rayservice import read_rayservice_live
+from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["StatusRow", "render_status", "workload_status"]
+__all__ = ["StatusRow", "render_status", "show_status", "watch", "workload_status"]
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 
 @dataclass(frozen=True)
@@ -73,3 +81,37 @@ def render_status(rows: list[StatusRow]) -> str:
              for row in table]
     lines += [f"{r.key}: {r.reason}" for r in rows if r.reason]
     return "\n".join(lines) + "\n"
+
+
+def show_status(kube: Kube, desired: Desired, lease_namespace: str, resolver: Resolver,
+                every: float | None) -> None:
+    """Print the status table once, or (``every`` seconds) again and again until Ctrl-C."""
+    def table() -> str:
+        return render_status(workload_status(kube, desired, lease_namespace, resolver))
+    if every is None:
+        sys.stdout.write(table())
+        return
+    watch(table, every, sys.stdout, sys.stdout.isatty())
+
+
+def watch(table: Callable[[], str], every: float, out: TextIO, in_place: bool,
+          sleep: Callable[[float], None] = time.sleep, rounds: int | None = None) -> None:
+    """Show ``table()`` every ``every`` s: in place on a terminal, else one block after
+    another, each under a header line with the time. A read that fails (the API server
+    away) is shown in the table's place and the watch goes on; Ctrl-C ends it."""
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            stamp = datetime.now(UTC).strftime("%H:%M:%S UTC")
+            try:
+                body = table()
+            except GitrayError as e:
+                body = f"gitray: {e} (trying again in {every:g} s)\n"
+            header = f"every {every:g} s: gitray status   {stamp}\n\n"
+            out.write((CLEAR if in_place else ("\n" if done else "")) + header + body)
+            out.flush()
+            done += 1
+            if rounds is None or done < rounds:
+                sleep(every)
+    except KeyboardInterrupt:
+        out.write("\n")

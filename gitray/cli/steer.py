@@ -2,10 +2,10 @@
 upgrade in flight. I/O (reads the run record, writes the signal by compare-and-swap).
 
 The command holds no Lease (the leader does, and acts on the signal): it reads the workload's
-run record, decides with ``gitray.engine.upgradecontrol.request`` whether there is anything to
-promote or abort, and creates or replaces the signal ConfigMap next to the record
-(``gitray.engine.signals``). A lost compare-and-swap (the executor just consumed a signal, or
-another command wrote one) is read again and decided again, a few times.
+run record, decides with ``gitray.engine.incremental.upgradecontrol.request`` whether there is
+anything to promote or abort, and creates or replaces the signal ConfigMap next to the record
+(``gitray.engine.incremental.signals``). A lost compare-and-swap (the executor just consumed a
+signal, or another command wrote one) is read again and decided again, a few times.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import socket
 from gitray.core.errors import ConflictError, UserError
 from gitray.core.model import LABEL_INSTANCE, Kind, ObjectKey
 from gitray.core.timefmt import utc_timestamp
+from gitray.engine.incremental.signals import SignalStore
+from gitray.engine.incremental.upgradecontrol import Signal, SignalAction, request
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import record_name
-from gitray.engine.signals import SignalStore
-from gitray.engine.upgradecontrol import Signal, SignalAction, request
 from gitray.k8s.client import Kube
 
 __all__ = ["parse_workload", "send_signal"]

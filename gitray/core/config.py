@@ -21,6 +21,8 @@ __all__ = [
     "CapacitySettings",
     "Config",
     "DashboardMode",
+    "FreezeScope",
+    "FreezeWindow",
     "HelmRelease",
     "NotificationSettings",
     "RayJobSettings",
@@ -112,6 +114,24 @@ class CapacitySettings:
     nodes: CapacityMode = CapacityMode.WARN  # a cluster autoscaler may add nodes
 
 
+class FreezeScope(StrEnum):
+    """What a freeze window holds (gitray.yaml ``freezeWindows[].scope``)."""
+
+    ALL = "all"  # every change (the deletion of a retired cluster excepted)
+    NEW_CLUSTERS = "new-clusters"  # changes that create a cluster (upgrades, new workloads)
+
+
+@dataclass(frozen=True)
+class FreezeWindow:
+    """A recurring time in which changes are held (``gitray.plans.freeze``)."""
+
+    name: str
+    schedule: str  # five-field cron: when the window opens, in ``time_zone``
+    duration_s: int
+    time_zone: str = "UTC"
+    scope: FreezeScope = FreezeScope.ALL
+
+
 @dataclass(frozen=True)
 class StatusSettings:
     provider: StatusProvider = StatusProvider.NONE
@@ -179,6 +199,7 @@ class Config:
     status: StatusSettings = field(default_factory=StatusSettings)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
+    freeze_windows: tuple[FreezeWindow, ...] = ()
     helm: tuple[HelmRelease, ...] = ()  # charts rendered with helm template
 
     def allows(self, namespace: str) -> bool:

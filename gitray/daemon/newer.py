@@ -32,7 +32,7 @@ from gitray.engine.apply import desired_from
 from gitray.git.signing import verify_commit
 from gitray.git.source import fetch_branch, read_snapshot
 from gitray.plans.load import LoadMemo
-from gitray.plans.rayservice import desired_hash
+from gitray.plans.rayservice.planner import desired_hash
 
 __all__ = ["NewerCommit", "Source"]
 

@@ -6,7 +6,7 @@ bounded by the step's timeout (a deadline handed in, partly spent when the step 
 and woken by watch events where the API has them; Serve status is polled every 0.25 s at
 first, slowing to every 1.5 s. ``report`` receives progress lines for long waits.
 The Serve steps are ``gitray.engine.servesteps``'s; the steps of an incremental upgrade are
-``gitray.engine.traffic``'s (steered by the run).
+``gitray.engine.incremental.traffic``'s (steered by the run).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Clock, Deadline, poll
 from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
-from gitray.engine.probes import HttpProbe
+from gitray.engine.incremental.probes import HttpProbe
+from gitray.engine.incremental.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.engine.servesteps import Report, ServeSteps
-from gitray.engine.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES

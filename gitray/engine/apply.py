@@ -6,7 +6,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +18,7 @@ from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.capacity import preflight
 from gitray.engine.dryrun import dry_run
-from gitray.engine.executor import Reporter, StepEvent, WorkloadOutcome
+from gitray.engine.executor import Outcome, Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState, remembered_runs
 from gitray.engine.schemas import cluster_schemas
@@ -27,19 +27,20 @@ from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis, live_pages, read_live_state
 from gitray.parsing.config import parse_config
 from gitray.parsing.kuberay import packaged
-from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
-from gitray.plans.filters import earliest_deadline
+from gitray.plans.filters import earliest_deadline, hold_back
+from gitray.plans.freeze import freeze_note, frozen_workloads
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
 from gitray.plans.prerequisites import blocked_workloads, needed_apis
+from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems
 from gitray.render.kustomize import run as run_kustomize
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
-           "execute", "live_plan", "read_live", "read_live_store", "read_records",
+           "execute", "freeze", "live_plan", "read_live", "read_live_store", "read_records",
            "refuse_unappliable",
            "resumable", "unappliable"]
 
@@ -206,12 +207,36 @@ def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
             and r.desired_hash == wanted[r.key] and r.cursor < len(r.plan.steps)}
 
 
+def freeze(plan: Plan, config: Config, resume: Mapping[ObjectKey, Record],
+           now: datetime, override: str = "") -> tuple[Plan, list[WorkloadOutcome]]:
+    """``plan`` without the workloads an open freeze window holds (a run already under way
+    goes on), and their outcomes (not run, saying until when). With ``override`` (the reason
+    given), nothing is held: each such workload's plan gets a note saying which window was
+    overridden and why, which its run record keeps."""
+    held = {k: f for k, f in frozen_workloads(plan, config.freeze_windows, now).items()
+            if k not in resume}
+    if not held:
+        return plan, []
+    if override:
+        return replace(plan, workloads=tuple(
+            replace(w, notes=(*w.notes, f"freeze window {held[w.key].window} overridden: "
+                                        f"{override}")) if w.key in held else w
+            for w in plan.workloads)), []
+    outcomes = [WorkloadOutcome(w.key, Outcome.SKIPPED, freeze_note(held[w.key])
+                                + " (gitray apply --override-freeze REASON applies it now)",
+                                0, len(w.steps))
+                for w in plan.workloads if w.key in held]
+    return hold_back(plan, held), outcomes
+
+
 def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
-            on_wait: Callable[[str, float], None], *, replan: bool) -> list[WorkloadOutcome]:
+            on_wait: Callable[[str, float], None], *, replan: bool,
+            override_freeze: str = "") -> list[WorkloadOutcome]:
     """Take the Lease, resume or run every workload, release the Lease.
 
     With ``replan`` (an unsaved plan shown before the Lease was taken), the plan is computed
-    again under the Lease and must still have the same steps.
+    again under the Lease and must still have the same steps. Workloads an open freeze window
+    holds are not run (:func:`freeze`).
     """
     lease, kube = wiring.lease, wiring.kube
     refuse_unappliable(kube, plan)
@@ -227,13 +252,14 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
                                      "run gitray apply again to see the new plan")
             plan = again
         resume = resumable(plan, records)
+        plan, held = freeze(plan, desired.config, resume, datetime.now(UTC), override_freeze)
         for key, record in sorted(resume.items()):
             step = record.plan.steps[record.cursor]
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        return wiring.executor(desired.config, progress, reporter,
-                               desired.sensitive).run_plan(plan, resume=resume)
+        return held + wiring.executor(desired.config, progress, reporter,
+                                      desired.sensitive).run_plan(plan, resume=resume)
     finally:
         lease.stop_renewing()
         lease.release()

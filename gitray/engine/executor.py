@@ -53,6 +53,13 @@ from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
+from gitray.engine.incremental.signals import RunSteering, SignalStore
+from gitray.engine.incremental.upgradecontrol import (
+    check_failure_limit,
+    failure_limit,
+    promotion_index,
+    rollback_of,
+)
 from gitray.engine.progress import ProgressStore
 from gitray.engine.record import (
     Record,
@@ -61,13 +68,6 @@ from gitray.engine.record import (
     StepStart,
     StepStatus,
     utc_now,
-)
-from gitray.engine.signals import RunSteering, SignalStore
-from gitray.engine.upgradecontrol import (
-    check_failure_limit,
-    failure_limit,
-    promotion_index,
-    rollback_of,
 )
 from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue

@@ -15,7 +15,7 @@ from gitray.core.errors import GitrayError
 from gitray.core.model import API_VERSION_RAY, Kind, LiveState, ObjectKey
 from gitray.k8s.client import Kube
 from gitray.plans.health import CRONJOB_LABEL, serve_health, workload_health
-from gitray.plans.rayservice import read_rayservice_live
+from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["health_by_workload"]

@@ -24,8 +24,8 @@ from gitray.core.errors import Interrupted
 from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter, SupersedeCheck
+from gitray.engine.incremental.signals import SignalStore
 from gitray.engine.progress import ProgressStore
-from gitray.engine.signals import SignalStore
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from gitray.k8s.lease import Lease

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gitray.core.config import (
     CLUSTER_SCOPED_KINDS,
@@ -21,6 +22,8 @@ from gitray.core.config import (
     CapacityMode,
     CapacitySettings,
     Config,
+    FreezeScope,
+    FreezeWindow,
     HelmRelease,
     NotificationSettings,
     RayJobSettings,
@@ -33,6 +36,7 @@ from gitray.core.config import (
 )
 from gitray.core.errors import ConfigError
 from gitray.core.model import Diagnostic, Kind, SourceLocation
+from gitray.parsing.cron import parse_cron
 from gitray.parsing.globs import glob_problem
 from gitray.parsing.jsonschemas import load_schema, schema_errors
 from gitray.parsing.text import JsonPath, decode_text, format_path
@@ -142,6 +146,12 @@ def _check(
             problem = glob_problem(pattern) if isinstance(pattern, str) and pattern else None
             if problem:
                 diagnostics.append(Diagnostic(locate((key, index)), f"{prefix}{key}: {problem}"))
+    windows = data.get("freezeWindows")
+    for index, window in enumerate(windows if isinstance(windows, list) else []):
+        if isinstance(window, dict):
+            diagnostics.extend(Diagnostic(locate(("freezeWindows", index, key)),
+                                          f"{prefix}freezeWindows[{index}].{key}: {message}")
+                               for key, message in _freeze_problems(window))
     ray_kinds = {k.value for k in Kind}
     kinds = data.get("supportingKinds")
     for index, kind in enumerate(kinds if isinstance(kinds, list) else []):
@@ -156,6 +166,43 @@ def _check(
         else:
             continue
         diagnostics.append(Diagnostic(where, f"{prefix}supportingKinds: {message}"))
+
+
+MAX_FREEZE_S = 31 * 24 * 3600
+
+
+def _freeze_problems(window: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for what the schema cannot say about one freeze window."""
+    problems: list[tuple[str, str]] = []
+    schedule = window.get("schedule")
+    if isinstance(schedule, str):
+        try:
+            parse_cron(schedule)
+        except ValueError as e:
+            problems.append(("schedule", str(e)))
+    zone = window.get("timeZone")
+    if isinstance(zone, str):
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(("timeZone", f"{zone!r} is not a known IANA time zone "
+                             "(e.g. UTC, Europe/Berlin, America/New_York)"))
+    duration = window.get("duration")
+    if isinstance(duration, (int, str)):
+        try:
+            seconds = parse_duration(duration)
+        except ValueError:
+            seconds = None  # the schema says it
+        if seconds is not None and not 60 <= seconds <= MAX_FREEZE_S:
+            problems.append(("duration", "must be between 1m and 31 days (744h)"))
+    return problems
+
+
+def _freeze_window(data: Mapping[str, Any]) -> FreezeWindow:
+    return FreezeWindow(name=str(data["name"]), schedule=str(data["schedule"]),
+                        duration_s=parse_duration(data["duration"]),
+                        time_zone=str(data.get("timeZone", "UTC")),
+                        scope=FreezeScope(data.get("scope", FreezeScope.ALL.value)))
 
 
 def _build(data: Mapping[str, Any]) -> Config:
@@ -212,6 +259,8 @@ def _build(data: Mapping[str, Any]) -> Config:
             nodes=CapacityMode((data.get("capacity") or {}).get(
                 "nodes", default.capacity.nodes.value)),
         ),
+        freeze_windows=tuple(_freeze_window(w) for w in data.get("freezeWindows") or ()
+                             if isinstance(w, Mapping)),
         helm=tuple(HelmRelease(str(h["chart"]), str(h["release"]), str(h.get("namespace") or ""),
                                tuple(str(v) for v in h.get("values") or ()))
                    for h in data.get("helm") or () if isinstance(h, Mapping)),

@@ -37,11 +37,11 @@ from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.parsing.yamlwalk import NodeBudget
-from gitray.plans.fields import refused_path
 from gitray.plans.helm import HelmRunner, at_templates, chart_dirs, owned_by_helm, render_charts
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.kustomize import Runner, kustomize_dirs, owned_by_kustomize
 from gitray.plans.kustomized import at_sources, render_kustomizations
+from gitray.plans.rayservice.fields import refused_path
 from gitray.plans.rules import (
     check_rules,
 )
@@ -395,7 +395,7 @@ def _schema_problems(document: YamlDocument, kind: str, kuberay: KubeRaySchemas,
         if path == ("spec",) and "'rayClusterConfig' is a required" in message:
             continue  # gitray's rule says it better
         if kind == Kind.RAY_SERVICE and refused_path(path):
-            continue  # refused by name (gitray.plans.fields)
+            continue  # refused by name (gitray.plans.rayservice.fields)
         where = document.locate(path)
         problems.append(Diagnostic(where, f"{format_path(path)}: {message}"))
     return problems

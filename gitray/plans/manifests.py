@@ -47,7 +47,7 @@ from gitray.plans.names import (
     service_cluster_name,
     template_hash,
 )
-from gitray.plans.serveservice import (
+from gitray.plans.rayservice.serveservice import (
     head_ports,
     serve_service_hash,
     serve_service_ports,

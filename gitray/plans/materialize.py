@@ -18,12 +18,6 @@ from typing import Any
 from gitray.core.config import Config
 from gitray.core.livestore import LiveStore
 from gitray.core.model import ANN_SERVE_CONFIG_HASH, Kind, LiveObject, LiveState, Role, Workload
-from gitray.plans.fields import UPGRADE_INCREMENTAL, foreign_manager, upgrade_type
-from gitray.plans.gateway import (
-    cluster_serve_service_manifest,
-    gateway_manifest,
-    route_manifest,
-)
 from gitray.plans.inputs import with_inputs
 from gitray.plans.manifests import (
     cluster_manifest,
@@ -35,7 +29,13 @@ from gitray.plans.manifests import (
 from gitray.plans.names import parse_serve_config, serve_config_hash
 from gitray.plans.plan import Plan
 from gitray.plans.planner import Planner
-from gitray.plans.upgradeoptions import read_options
+from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, foreign_manager, upgrade_type
+from gitray.plans.rayservice.gateway import (
+    cluster_serve_service_manifest,
+    gateway_manifest,
+    route_manifest,
+)
+from gitray.plans.rayservice.upgradeoptions import read_options
 
 __all__ = ["as_live", "materialize", "materialized_store", "plan_against_store"]
 

@@ -44,12 +44,13 @@ from gitray.core.model import (
     ObjectKey,
     Workload,
 )
+from gitray.plans.freeze import frozen_workloads, with_freeze_notes
 from gitray.plans.inputs import explain_inputs, with_inputs
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
 from gitray.plans.rayjob import plan_rayjob
-from gitray.plans.rayservice import plan_rayservice
+from gitray.plans.rayservice.planner import plan_rayservice
 from gitray.plans.resources import workload_resources
 from gitray.plans.sensitive import redact_plan, rules_for
 
@@ -166,7 +167,9 @@ class Planner:
                     workloads=tuple(plans), label=label)
         # e.g. no Gateway API CRDs: still a plan (CI plans against such clusters), with a note
         notes = self._notes() + absent_api_notes(plan, self._absent_apis)
-        return replace(plan, notes=tuple(notes))
+        # held now by a freeze window: said on the workload (sync and apply hold it)
+        held = frozen_workloads(plan, self._config.freeze_windows, self._now)
+        return replace(with_freeze_notes(plan, held), notes=tuple(notes))
 
     def _notes(self) -> list[str]:
         removed = sorted(self._removed)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from gitray.core.model import ObjectKey
-from gitray.plans.gateway import GATEWAY_API_VERSION
 from gitray.plans.plan import Plan, Step, WorkloadPlan
+from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION
 
 __all__ = ["OPTIONAL_APIS", "absent_api_notes", "blocked_workloads", "needed_apis",
            "step_api_version"]

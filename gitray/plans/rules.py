@@ -18,12 +18,12 @@ from typing import Any
 from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.parsing.text import JsonPath, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
-from gitray.plans.analysis import analysis_diagnostics
-from gitray.plans.fields import UPGRADE_INCREMENTAL, refused_fields, upgrade_type
 from gitray.plans.names import remember_serve_config
-from gitray.plans.servecheck import import_path_problem, serve_problems
-from gitray.plans.serveservice import serve_service_problems, serve_service_warnings
-from gitray.plans.upgradeoptions import Weight, options_problems, read_options, schedule
+from gitray.plans.rayservice.analysis import analysis_diagnostics
+from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, refused_fields, upgrade_type
+from gitray.plans.rayservice.servecheck import import_path_problem, serve_problems
+from gitray.plans.rayservice.serveservice import serve_service_problems, serve_service_warnings
+from gitray.plans.rayservice.upgradeoptions import Weight, options_problems, read_options, schedule
 
 __all__ = ["DNS1035_LABEL", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "MAX_RAY_NAME", "check_rules"]
 

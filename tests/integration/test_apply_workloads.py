@@ -4,6 +4,7 @@ fencing of a stale executor — against the real API server and KubeRay operator
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from gitray.plans.materialize import materialize
 from gitray.plans.planner import compute_plan
 from gitray.ray.dashboard import Resolver
 from tests.integration.gitops import NEW_IMAGE, REPO_ROOT, GitOpsRepo, Gitray, output
+from tests.integration.harness import load_record
 from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -242,3 +244,50 @@ def test_an_executor_with_an_old_epoch_cannot_act(testenv: TestEnv, namespace: s
     finally:
         old_kube.close()
         new_kube.close()
+
+
+def test_a_freeze_window_holds_apply_an_override_is_recorded_and_status_watches(
+        testenv: TestEnv, namespace: str, tools: tuple[GitOpsRepo, Gitray]) -> None:
+    repo, gitray = tools
+    always = {"name": "always", "schedule": "* * * * *", "duration": "1h"}
+    repo.commit("frozen", {"gitray.yaml": gitray_config(namespace=namespace,
+                                                        freezeWindows=[always]),
+                           "cfg.yaml": dump(configmap(namespace, "cfg", "v1"))})
+    r = gitray.run("plan", "--repo", str(repo.path))
+    assert r.returncode == 0, output(r)
+    assert "note: held: freeze window always (all changes) until " in r.stdout, output(r)
+    r = gitray.run("apply", "--yes", "--repo", str(repo.path))
+    assert r.returncode == 1, output(r)
+    assert f"{namespace}/ConfigMap/cfg not run: held: freeze window always" in r.stderr, output(r)
+    assert "--override-freeze REASON" in r.stderr and "Traceback" not in r.stderr
+    assert cm_value(testenv, namespace, "cfg") is None  # nothing applied
+
+    r = gitray.run("apply", "--yes", "--repo", str(repo.path), "--override-freeze",
+                   "hotfix for incident 42")
+    assert r.returncode == 0, output(r)
+    assert cm_value(testenv, namespace, "cfg") == "v1"
+    record = load_record(testenv.kubeconfig, namespace, ObjectKey("ConfigMap", namespace, "cfg"))
+    assert record is not None and record.state.value == "succeeded"
+    assert "freeze window always overridden: hotfix for incident 42" in record.plan.notes
+
+    # gitray status --watch: a table again and again (no terminal: one block after another)
+    # until Ctrl-C, which ends it cleanly
+    watching = gitray.popen("status", "--repo", str(repo.path), "--watch", "0.5")
+    seen: list[str] = []
+    try:
+        assert watching.stdout is not None
+        deadline = time.monotonic() + 120
+        while sum("gitray status" in line for line in seen) < 2 and time.monotonic() < deadline:
+            line = watching.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+    finally:
+        watching.send_signal(signal.SIGINT)
+        rest, _ = watching.communicate(timeout=30)
+    text = "".join(seen) + rest
+    assert sum(line.startswith("every 0.5 s: gitray status") for line in text.splitlines()) \
+        >= 2, text
+    assert any(line.startswith(f"{namespace}/ConfigMap/cfg") and "succeeded" in line
+               for line in text.splitlines()), text
+    assert watching.returncode == 0 and "Traceback" not in text, text

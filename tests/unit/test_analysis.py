@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from gitray.core.snapshot import RepoFile, Snapshot
-from gitray.plans.analysis import (
+from gitray.plans.load import load_snapshot
+from gitray.plans.rayservice.analysis import (
     Analysis,
     Check,
     CheckType,
@@ -16,7 +17,6 @@ from gitray.plans.analysis import (
     land_pauses,
     parse_analysis,
 )
-from gitray.plans.load import load_snapshot
 
 HEAD = """\
 apiVersion: ray.io/v1

@@ -13,8 +13,8 @@ import pytest
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.parsing.defaults import with_defaults
 from gitray.parsing.kuberay import KUBERAY_VERSIONS
-from gitray.plans.fields import HANDLED, REFUSED
 from gitray.plans.load import LoadResult, load_snapshot
+from gitray.plans.rayservice.fields import HANDLED, REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from gitray.core.errors import AnalysisFailed
-from gitray.engine.checks import (
+from gitray.engine.incremental.checks import (
     Verdict,
     judge,
     latency,
@@ -22,7 +22,7 @@ from gitray.engine.checks import (
     unmeasured,
     webhook,
 )
-from gitray.engine.gatewaymetrics import (
+from gitray.engine.incremental.gatewaymetrics import (
     Series,
     Traffic,
     parse_text,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gitray.plans.upgradeoptions import (
+from gitray.plans.rayservice.upgradeoptions import (
     Capacity,
     IncrementalOptions,
     Side,

@@ -12,7 +12,7 @@ from gitray.daemon.newer import NewerCommit, Source
 from gitray.engine.apply import desired_from
 from gitray.git.source import fetch_branch, read_snapshot
 from gitray.plans.load import LoadMemo
-from gitray.plans.rayservice import desired_hash
+from gitray.plans.rayservice.planner import desired_hash
 from tests.integration.gitops import GitOpsRepo, example_rayservice
 from tests.manifests import dump, gitray_config
 

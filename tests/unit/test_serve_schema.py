@@ -15,7 +15,7 @@ import pytest
 from gitray.cli import main
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.plans.load import LoadResult, load_snapshot
-from gitray.plans.servecheck import import_path_problem
+from gitray.plans.rayservice.servecheck import import_path_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,3 +32,48 @@ def test_taking_the_traffic_back_says_all_of_it_goes_to_the_active_cluster() -> 
     state = with_objects(live(OLD), cluster_for(NEW))
     restore = one(plan_of(incremental("ray:newer"), state)).steps[0]
     assert status_what(restore) == f"shift-traffic svc-httproute: 100 % → {A}"
+
+
+# ---- gitray status --watch --------------------------------------------------------------
+
+def test_watch_redraws_in_place_on_a_terminal_and_goes_on_after_a_failed_read() -> None:
+    from io import StringIO
+
+    from gitray.cli.status import CLEAR, watch
+    from gitray.core.errors import TransientError
+
+    answers: list[str | Exception] = ["table 1\n", TransientError("API server unreachable"),
+                                      "table 3\n"]
+    slept: list[float] = []
+
+    def table() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    out = StringIO()
+    watch(table, 2.0, out, True, slept.append, rounds=3)
+    frames = out.getvalue().split(CLEAR)[1:]
+    assert len(frames) == 3 and slept == [2.0, 2.0]
+    assert all(f.startswith("every 2 s: gitray status   ") for f in frames)
+    assert frames[0].endswith("table 1\n") and frames[2].endswith("table 3\n")
+    assert frames[1].endswith("gitray: API server unreachable (trying again in 2 s)\n")
+
+    plain = StringIO()
+    watch(lambda: "t\n", 0.5, plain, False, lambda _s: None, rounds=2)
+    assert CLEAR not in plain.getvalue()
+    assert plain.getvalue().count("every 0.5 s: gitray status") == 2
+
+
+def test_watch_ends_cleanly_on_ctrl_c() -> None:
+    from io import StringIO
+
+    from gitray.cli.status import watch
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    out = StringIO()
+    watch(lambda: "t\n", 1.0, out, False, interrupted)  # returns, no exception
+    assert out.getvalue().count("gitray status") == 1

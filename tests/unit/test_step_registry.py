@@ -13,7 +13,7 @@ import pytest
 from gitray.core.config import Config
 from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
-from gitray.engine.traffic import TRAFFIC_STEPS
+from gitray.engine.incremental.traffic import TRAFFIC_STEPS
 from gitray.git.source import read_snapshot
 from gitray.plans.load import load_snapshot
 from gitray.plans.plan import Step, StepType

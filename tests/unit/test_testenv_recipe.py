@@ -64,7 +64,7 @@ def test_goflags_from_the_environment_are_passed_on(monkeypatch: pytest.MonkeyPa
 def test_traefik_attaches_gitrays_gateways_and_exposes_metrics_apart() -> None:
     """Traefik attaches a Gateway listener (gitray's listen on 80) to the entry point whose
     address ends in its port; ping and metrics stay on 127.0.0.1, a port of their own."""
-    from gitray.plans.gateway import GATEWAY_PORT
+    from gitray.plans.rayservice.gateway import GATEWAY_PORT
     from tests.testenv.gatewayenv import crd_names, gateway_address, traefik_args
 
     address = gateway_address(7)

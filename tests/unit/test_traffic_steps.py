@@ -1,9 +1,10 @@
 """The steps of an incremental upgrade, from their inputs: holds, analyses, capacity, routes.
 
-``gitray.engine.traffic`` is run here only where everything it reads is a plain input: time (a
-clock whose ``sleep`` advances it), the run's promote/abort signals (a script of what
-``Steering.check`` answers) and, for an analysis, the two metrics expositions and the webhook's
-answer (handed in by a stand-in for the HTTP probe, no Kubernetes API and no Ray involved).
+``gitray.engine.incremental.traffic`` is run here only where everything it reads is a plain
+input: time (a clock whose ``sleep`` advances it), the run's promote/abort signals (a script of
+what ``Steering.check`` answers) and, for an analysis, the two metrics expositions and the
+webhook's answer (handed in by a stand-in for the HTTP probe, no Kubernetes API and no Ray
+involved).
 The writes themselves — PUT to a dashboard, server-side apply of the HTTPRoute, the signals'
 ConfigMaps — have not run against a real API server or a real Gateway yet.
 """
@@ -18,10 +19,10 @@ import pytest
 
 from gitray.core.errors import Aborted, AnalysisFailed, TerminalError
 from gitray.core.waits import Clock, Deadline
-from gitray.engine.traffic import Traffic, capacity_config, route_accepted
-from gitray.engine.upgradecontrol import Control
-from gitray.plans.gateway import route_refs
+from gitray.engine.incremental.traffic import Traffic, capacity_config, route_accepted
+from gitray.engine.incremental.upgradecontrol import Control
 from gitray.plans.plan import Step, StepType
+from gitray.plans.rayservice.gateway import route_refs
 from tests.unit.test_gateway_metrics import exposition
 
 

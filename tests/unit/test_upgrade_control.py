@@ -1,9 +1,9 @@
 """Steering an incremental upgrade in flight: promote, abort, failed analyses, rollback.
 
-The pure rules of ``gitray.engine.upgradecontrol``, on real plans from the planner (an upgrade
-of 25 % steps with maxSurgePercent 50, analysed, paused 5 min at 50 % and until promoted at
-100 %). Executing them — the signals in their ConfigMaps, the holds, the rollback's writes —
-needs a real API server and a real Gateway (not done yet).
+The pure rules of ``gitray.engine.incremental.upgradecontrol``, on real plans from the planner
+(an upgrade of 25 % steps with maxSurgePercent 50, analysed, paused 5 min at 50 % and until
+promoted at 100 %). Executing them — the signals in their ConfigMaps, the holds, the rollback's
+writes — needs a real API server and a real Gateway (not done yet).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from gitray.cli.app import main
 from gitray.cli.steer import parse_workload
 from gitray.core.errors import AnalysisFailed, TerminalError, UserError
 from gitray.core.model import ObjectKey
-from gitray.engine.record import Record, RunState, record_from_json, record_to_json
-from gitray.engine.upgradecontrol import (
+from gitray.engine.incremental.upgradecontrol import (
     Control,
     Signal,
     SignalAction,
@@ -31,6 +30,7 @@ from gitray.engine.upgradecontrol import (
     signal_from_json,
     signal_to_json,
 )
+from gitray.engine.record import Record, RunState, record_from_json, record_to_json
 from gitray.plans.plan import StepType, WorkloadPlan
 from gitray.plans.serve import live_config_at
 from tests.unit.builders import live

@@ -1,10 +1,10 @@
 """The planning context of one RayService: its live objects with roles resolved
 (``RayServiceLive``) and the step-building moves every strategy shares (``Ctx``). Pure.
 
-``gitray.plans.rayservice`` decides which strategy a change takes (first rollout, in place,
-blue-green, instant rollback; ``gitray.plans.incremental`` for weighted traffic steps); the
-moves here are what those strategies are made of (the Gateway routing ones:
-``gitray.plans.routing``).
+``gitray.plans.rayservice.planner`` decides which strategy a change takes (first rollout, in
+place, blue-green, instant rollback; ``gitray.plans.rayservice.incremental`` for weighted
+traffic steps); the moves here are what those strategies are made of (the Gateway routing
+ones: ``gitray.plans.rayservice.routing``).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from gitray.plans.names import (
     head_service_name,
 )
 from gitray.plans.plan import FieldChange, StepType
-from gitray.plans.routing import (
+from gitray.plans.rayservice.routing import (
     drop_cluster_service,
     forget_backend,
     incremental,
     restore_traffic,
 )
-from gitray.plans.serveservice import serve_service_hash, wanted_serve_service_name
+from gitray.plans.rayservice.serveservice import serve_service_hash, wanted_serve_service_name
 from gitray.plans.steps import StepList, delete_params
 
 __all__ = ["Ctx", "RayServiceLive", "read_rayservice_live"]
@@ -58,7 +58,8 @@ class RayServiceLive:
     active: str | None = None
     # every serve Service: two while one named by spec.serveService replaces another
     serve_services: tuple[LiveObject, ...] = ()
-    # incremental upgrade: per-cluster serve Services, Gateway, HTTPRoute (gitray.plans.gateway)
+    # incremental upgrade: per-cluster serve Services, Gateway, HTTPRoute
+    # (gitray.plans.rayservice.gateway)
     extras: tuple[LiveObject, ...] = ()
 
     def previous(self) -> dict[str, LiveObject]:

@@ -3,7 +3,7 @@
 Storage: ConfigMap ``gitray-signal-<12 hex of the workload key's hash>`` (the same hash as the
 run record ``gitray-run-...``) in the Lease's namespace, labelled like the run records but with
 ``gitray.io/role=signal``, holding one JSON document under ``signal.json``
-(``gitray.engine.upgradecontrol.Signal``). It is never part of the live state.
+(``gitray.engine.incremental.upgradecontrol.Signal``). It is never part of the live state.
 
 Who writes what, and how:
 
@@ -34,8 +34,7 @@ from gitray.core.model import (
     ObjectKey,
 )
 from gitray.engine.fence import Fence
-from gitray.engine.record import ANN_PROGRESS_FOR, record_name, utc_now
-from gitray.engine.upgradecontrol import (
+from gitray.engine.incremental.upgradecontrol import (
     Control,
     Signal,
     SignalAction,
@@ -43,6 +42,7 @@ from gitray.engine.upgradecontrol import (
     signal_from_json,
     signal_to_json,
 )
+from gitray.engine.record import ANN_PROGRESS_FOR, record_name, utc_now
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step
 
@@ -113,7 +113,7 @@ def _version(obj: Mapping[str, Any]) -> str:
 
 
 class RunSteering:
-    """One run's signals as its steps see them (``gitray.engine.traffic.Steering``): a
+    """One run's signals as its steps see them (``gitray.engine.incremental.traffic.Steering``): a
     promote ends the pause it names, an abort rolls the upgrade back; a signal of another run
     is marked consumed and ignored. A failed read counts as no signal (the next look, ~2 s
     later, reads again)."""

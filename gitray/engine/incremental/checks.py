@@ -1,11 +1,11 @@
 """The checks of a ``run-analysis`` step, judged from what was measured. Pure, no I/O.
 
-Each check (``gitray.plans.analysis``: serve-health, success-rate, latency, webhook) gives a
-:class:`CheckResult` — passed, failed or inconclusive — with the value it measured, in words
-a commit status can show ("success-rate 91.2 % < 99 % (114 of 125 requests)"). An analysis
+Each check (``gitray.plans.rayservice.analysis``: serve-health, success-rate, latency, webhook)
+gives a :class:`CheckResult` — passed, failed or inconclusive — with the value it measured, in
+words a commit status can show ("success-rate 91.2 % < 99 % (114 of 125 requests)"). An analysis
 fails when any check failed; inconclusive checks (too few requests in the window) do not fail
-it. :func:`judge` turns the results into the step's message or an ``AnalysisFailed`` naming
-the first failed check and its value.
+it. :func:`judge` turns the results into the step's message or an ``AnalysisFailed`` naming the
+first failed check and its value.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from gitray.core.errors import AnalysisFailed
-from gitray.engine.gatewaymetrics import Traffic, quantile
+from gitray.engine.incremental.gatewaymetrics import Traffic, quantile
 
 __all__ = [
     "CheckResult",

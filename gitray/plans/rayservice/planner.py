@@ -29,9 +29,6 @@ from gitray.core.model import (
     Workload,
 )
 from gitray.plans.diff import subset_changes
-from gitray.plans.fields import UPGRADE_NONE, foreign_manager, upgrade_type
-from gitray.plans.incremental import incremental_rollback, incremental_upgrade
-from gitray.plans.inplace import InPlace, judge_in_place, live_cluster_hash, refusal_message
 from gitray.plans.manifests import (
     service_cluster_manifest,
 )
@@ -44,8 +41,16 @@ from gitray.plans.names import (
     service_cluster_name,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
-from gitray.plans.routing import ensure_routing, incremental
-from gitray.plans.rscontext import Ctx, RayServiceLive, read_rayservice_live
+from gitray.plans.rayservice.context import Ctx, RayServiceLive, read_rayservice_live
+from gitray.plans.rayservice.fields import UPGRADE_NONE, foreign_manager, upgrade_type
+from gitray.plans.rayservice.incremental import incremental_rollback, incremental_upgrade
+from gitray.plans.rayservice.inplace import (
+    InPlace,
+    judge_in_place,
+    live_cluster_hash,
+    refusal_message,
+)
+from gitray.plans.rayservice.routing import ensure_routing, incremental
 from gitray.plans.steps import StepList, delete_params, live_wave
 
 __all__ = ["RayServiceLive", "desired_hash", "plan_rayservice", "read_rayservice_live"]
@@ -155,7 +160,8 @@ def _same_cluster(ctx: Ctx, target: str, cluster_config: Mapping[str, object],
 def _in_place_only(ctx: Ctx, running: LiveObject, cluster_config: Mapping[str, object],
                    serve: Mapping[str, object], serve_hash: str) -> Action:
     """``upgradeStrategy.type: None``: the active cluster is the only one, changed in place as
-    KubeRay would change it (gitray.plans.inplace); any other cluster change is refused."""
+    KubeRay would change it (gitray.plans.rayservice.inplace); any other cluster change is
+    refused."""
     verdict = judge_in_place(cluster_config, running, ctx.exact)
     if verdict.kind is InPlace.REFUSED:
         raise ValidationError([Diagnostic(ctx.workload.source,

@@ -25,7 +25,7 @@ from gitray.plans.manifests import (
     serves_from_workers_only,
     service_selector,
 )
-from gitray.plans.serveservice import head_ports
+from gitray.plans.rayservice.serveservice import head_ports
 
 __all__ = [
     "GATEWAY_API_VERSION",

@@ -1,9 +1,9 @@
 """Every RayService ``spec`` field: honoured by gitray's planner, or refused by name. Pure.
 
-gitray does the RayService controller's job itself (``gitray.plans.rayservice``), so a field that
-changes what KubeRay's controller does must either change what gitray does or be refused: a
-manifest asking for something gitray does not do is never accepted silently. A unit test walks
-the CRD schema's ``spec`` properties and fails when one is in neither table.
+gitray does the RayService controller's job itself (``gitray.plans.rayservice.planner``), so a
+field that changes what KubeRay's controller does must either change what gitray does or be
+refused: a manifest asking for something gitray does not do is never accepted silently. A unit
+test walks the CRD schema's ``spec`` properties and fails when one is in neither table.
 
 ``HANDLED`` says how each accepted field is honoured; where only some values are honoured,
 ``refused_fields`` refuses the others with a message naming the field and why.
@@ -17,7 +17,7 @@ from typing import Any
 from gitray.core.model import Diagnostic
 from gitray.parsing.text import JsonPath
 from gitray.parsing.yamlsafe import YamlDocument
-from gitray.plans.upgradeoptions import options_problems
+from gitray.plans.rayservice.upgradeoptions import options_problems
 
 __all__ = [
     "HANDLED",
@@ -51,10 +51,10 @@ HANDLED: Mapping[str, str] = {
                        f"upgrade; {UPGRADE_NONE} never builds a new cluster: Serve changes, "
                        "replicas and appended worker groups apply in place to the active "
                        "cluster, any other cluster change is refused at plan time "
-                       f"(gitray.plans.inplace); {UPGRADE_INCREMENTAL} moves the traffic "
-                       "through a Gateway API HTTPRoute in weight steps from "
+                       f"(gitray.plans.rayservice.inplace); {UPGRADE_INCREMENTAL} moves the "
+                       "traffic through a Gateway API HTTPRoute in weight steps from "
                        "clusterUpgradeOptions, analysed per gitray.io/analysis "
-                       "(gitray.plans.incremental)",
+                       "(gitray.plans.rayservice.incremental)",
     "excludeHeadPodFromServeSvc": "true: the serve Service selects only worker pods with a "
                                   "healthy Serve proxy (ray.io/node-type=worker), as KubeRay "
                                   "does; refused when the cluster has no worker group",
@@ -62,7 +62,8 @@ HANDLED: Mapping[str, str] = {
                  "manager's RayService is left alone: its plan is a no-op that says so and "
                  "gitray never touches its objects",
     "serveService": "the serve Service follows the template (name, labels, annotations, type, "
-                    "ports, ...) and gitray owns its selector (gitray.plans.serveservice)",
+                    "ports, ...) and gitray owns its selector "
+                    "(gitray.plans.rayservice.serveservice)",
     "serviceUnhealthySecondThreshold": _DEPRECATED,
     "deploymentUnhealthySecondThreshold": _DEPRECATED,
 }

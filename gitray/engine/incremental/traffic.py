@@ -11,9 +11,9 @@
   abort`` (raise ``Aborted``) or ``gitray promote`` (a pause ends) came. Waits sleep on the
   engine's clock, so a shutdown (SIGTERM) ends them at once and the next leader resumes them.
 - ``run-analysis``: scrape the gateway's metrics, hold the window (abortable), scrape again,
-  judge the checks (``gitray.engine.checks``) on the traffic of the new cluster's serve Service
-  in between, Serve health on the new cluster, and webhook gates. A failed check raises
-  ``AnalysisFailed``; the executor counts it against ``failureLimit``.
+  judge the checks (``gitray.engine.incremental.checks``) on the traffic of the new cluster's
+  serve Service in between, Serve health on the new cluster, and webhook gates. A failed check
+  raises ``AnalysisFailed``; the executor counts it against ``failureLimit``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from gitray.core.errors import Aborted, TerminalError, TransientError
 from gitray.core.waits import Clock, Deadline
-from gitray.engine.checks import (
+from gitray.engine.incremental.checks import (
     CheckResult,
     Verdict,
     judge,
@@ -33,12 +33,12 @@ from gitray.engine.checks import (
     unmeasured,
     webhook,
 )
-from gitray.engine.gatewaymetrics import Series, parse_text, traefik_service, window
-from gitray.engine.probes import HttpProbe
-from gitray.engine.upgradecontrol import Control
+from gitray.engine.incremental.gatewaymetrics import Series, parse_text, traefik_service, window
+from gitray.engine.incremental.probes import HttpProbe
+from gitray.engine.incremental.upgradecontrol import Control
 from gitray.k8s.client import Kube
-from gitray.plans.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.plan import Step, StepType
+from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.serve import live_config_at
 from gitray.plans.steptypes import (
     RunAnalysisParams,

@@ -1,7 +1,7 @@
 """RayService incremental upgrade (progressive delivery) as an explicit plan. Pure, no I/O.
 
 ``upgradeStrategy.type: NewClusterWithIncrementalUpgrade`` replaces the blue-green switch by
-visible weight steps (``gitray.plans.upgradeoptions`` computes them from KubeRay's
+visible weight steps (``gitray.plans.rayservice.upgradeoptions`` computes them from KubeRay's
 ``clusterUpgradeOptions``)::
 
     create-cluster new · wait-cluster-ready · deploy-serve (target_capacity = maxSurge)
@@ -9,10 +9,11 @@ visible weight steps (``gitray.plans.upgradeoptions`` computes them from KubeRay
       set-serve-capacity old] shift-traffic · run-analysis | wait-interval · [pause]
     · switch-service head, serve → new · schedule-cluster-deletion old
 
-Traffic goes through ``<service>-httproute`` (``gitray.plans.gateway``); the analysis and the
-pauses come from the ``gitray.io/analysis`` annotation (``gitray.plans.analysis``). Leaving an
-upgrade half-way (a new commit, a revert) first sends all traffic back to the active cluster at
-full capacity, then drops the pending cluster.
+Traffic goes through ``<service>-httproute`` (``gitray.plans.rayservice.gateway``); the analysis
+and the pauses come from the ``gitray.io/analysis`` annotation
+(``gitray.plans.rayservice.analysis``). Leaving an upgrade half-way (a new commit, a revert)
+first sends all traffic back to the active cluster at full capacity, then drops the pending
+cluster.
 
 The planner only reads what the live state holds: per-cluster serve Services are listed with
 the other Services; Gateway and HTTPRoute objects are used when the live state has them.
@@ -23,15 +24,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gitray.core.model import JSON
-from gitray.plans.analysis import Analysis, Pause, land_pauses, read_analysis
-from gitray.plans.gateway import (
+from gitray.plans.plan import Action, StepType
+from gitray.plans.rayservice.analysis import Analysis, Pause, land_pauses, read_analysis
+from gitray.plans.rayservice.context import Ctx
+from gitray.plans.rayservice.gateway import (
     cluster_serve_service_name,
     serve_port,
 )
-from gitray.plans.plan import Action, StepType
-from gitray.plans.routing import ensure_cluster_service, ensure_routing, shift, upgrade_options
-from gitray.plans.rscontext import Ctx
-from gitray.plans.upgradeoptions import (
+from gitray.plans.rayservice.routing import (
+    ensure_cluster_service,
+    ensure_routing,
+    shift,
+    upgrade_options,
+)
+from gitray.plans.rayservice.upgradeoptions import (
     Capacity,
     IncrementalOptions,
     Side,

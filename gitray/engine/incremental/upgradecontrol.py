@@ -1,13 +1,13 @@
 """Steering an incremental RayService upgrade in flight: promote, abort, roll back. Pure, no I/O.
 
-**Signals.** ``gitray promote <namespace>/<name>`` and ``gitray abort <namespace>/<name>`` do not
-act themselves (the executor holding the Lease does); they leave a :class:`Signal` for the run
-in flight, in a ConfigMap next to its run record (``gitray.engine.signals``). A signal names the
-run it is for (workload, revision, desired hash), so one left over from an earlier run is
-ignored. :func:`request` decides, from the run record and any signal already there, what the
-command writes — or why it refuses (no run, no upgrade in flight, not incremental, too late,
-nothing to promote). :func:`control` is the executor's side: what a signal means for the step
-it is running.
+**Signals.** ``gitray promote <namespace>/<name>`` and ``gitray abort <namespace>/<name>`` do
+not act themselves (the executor holding the Lease does); they leave a :class:`Signal` for the
+run in flight, in a ConfigMap next to its run record (``gitray.engine.incremental.signals``). A
+signal names the run it is for (workload, revision, desired hash), so one left over from an
+earlier run is ignored. :func:`request` decides, from the run record and any signal already
+there, what the command writes — or why it refuses (no run, no upgrade in flight, not
+incremental, too late, nothing to promote). :func:`control` is the executor's side: what a
+signal means for the step it is running.
 
 - *promote* ends the next ``pause`` of the upgrade (the one running now, or the first one
   ahead of the cursor) as soon as the executor is in it;
@@ -34,8 +34,8 @@ from typing import Any
 from gitray.core.errors import AnalysisFailed, TerminalError, UserError
 from gitray.core.model import ObjectKey
 from gitray.engine.record import Record, RunState
-from gitray.plans.gateway import cluster_serve_service_name
 from gitray.plans.plan import Step, StepType, WorkloadPlan
+from gitray.plans.rayservice.gateway import cluster_serve_service_name
 
 __all__ = [
     "SIGNAL_FORMAT_VERSION",

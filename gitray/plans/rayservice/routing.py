@@ -1,6 +1,6 @@
 """The Gateway routing moves of a RayService's incremental upgrade, shared by the planning
-context (``gitray.plans.rscontext``: dropping clusters) and the upgrade itself
-(``gitray.plans.incremental``): per-cluster serve Services, the Gateway, the HTTPRoute's
+context (``gitray.plans.rayservice.context``: dropping clusters) and the upgrade itself
+(``gitray.plans.rayservice.incremental``): per-cluster serve Services, the Gateway, the HTTPRoute's
 weights. Pure, no I/O.
 
 The moves take what they need of the planning context (:class:`Planning`), so this module
@@ -14,8 +14,9 @@ from typing import Protocol
 
 from gitray.core.config import Config
 from gitray.core.model import JSON, LiveObject, Role, Workload
-from gitray.plans.fields import UPGRADE_INCREMENTAL, upgrade_type
-from gitray.plans.gateway import (
+from gitray.plans.plan import StepType
+from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
+from gitray.plans.rayservice.gateway import (
     backends,
     cluster_serve_service_manifest,
     cluster_serve_service_name,
@@ -24,9 +25,8 @@ from gitray.plans.gateway import (
     route_name,
     route_refs,
 )
-from gitray.plans.plan import StepType
+from gitray.plans.rayservice.upgradeoptions import IncrementalOptions, read_options
 from gitray.plans.steps import StepList
-from gitray.plans.upgradeoptions import IncrementalOptions, read_options
 
 __all__ = [
     "Planning",
@@ -51,7 +51,7 @@ class LiveView(Protocol):
 
 
 class Planning(Protocol):
-    """What the routing moves read and add to (``gitray.plans.rscontext.Ctx`` is one)."""
+    """What the routing moves read and add to (``gitray.plans.rayservice.context.Ctx`` is one)."""
 
     @property
     def workload(self) -> Workload: ...
