@@ -37,7 +37,7 @@ from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems
-from gitray.render.kustomize import run as run_kustomize
+from gitray.render import runners
 
 __all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
            "execute", "freeze", "live_plan", "read_live", "read_live_store", "read_records",
@@ -88,7 +88,7 @@ def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
             config = None  # the load reports it, with its place
         if config is not None:
             kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
-    result = load_snapshot(snapshot, overrides, memo, kuberay, kustomize=run_kustomize)
+    result = load_snapshot(snapshot, overrides, memo, kuberay, **runners())
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)

@@ -5,44 +5,31 @@ repository must not choose which program gitray runs. The chart's files and its 
 are written to a fresh temporary directory (regular files only, so no symlink leads out of
 it) and ``helm template`` runs there offline: no repository or OCI pulls (dependencies must be
 vendored, checked before anything runs), no cluster, no plugins, ``HELM_*`` homes inside the
-temporary directory, a minimal environment (no credentials), with the timeout, address-space
-and output bounds of ``gitray.render.kustomize``. Results are memoized by the digest of the
-inputs (files, arguments, binary, limits): an unchanged chart is not rendered again.
+temporary directory, a minimal environment (no credentials), bounded and memoized as
+``gitray.render.bounded`` says: an unchanged chart is not rendered again.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
 import tempfile
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from gitray.render.kustomize import RenderLimits, _communicate, _limit_memory
+from gitray.render.bounded import Memo, Rendered, RenderLimits, binary, digest, render, write_tree
 
 __all__ = ["MISSING", "RENDERS", "helm_binary", "run", "runner"]
 
 MISSING = "helm is not installed: put helm (v3 or v4) on PATH or set GITRAY_HELM to render charts"
 
-_MEMO: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
-_MEMO_LOCK = threading.Lock()
-_MEMO_SIZE = 256
+_MEMO = Memo()
 RENDERS = [0]  # helm processes started (tests and benchmarks read it)
 
 # (files by path under a fresh directory, chart directory, release, namespace, values files)
-HelmRunner = Callable[[Mapping[str, bytes], str, str, str, Sequence[str]],
-                      tuple[str | None, str | None]]
+HelmRunner = Callable[[Mapping[str, bytes], str, str, str, Sequence[str]], Rendered]
 
 
 def helm_binary() -> str | None:
-    configured = os.environ.get("GITRAY_HELM")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    return shutil.which("helm")
+    return binary("GITRAY_HELM", "helm")
 
 
 def runner(limits: RenderLimits | None = None) -> HelmRunner:
@@ -52,40 +39,16 @@ def runner(limits: RenderLimits | None = None) -> HelmRunner:
 
 
 def run(files: Mapping[str, bytes], chart: str, release: str, namespace: str,
-        values: Sequence[str], limits: RenderLimits | None = None
-        ) -> tuple[str | None, str | None]:
+        values: Sequence[str], limits: RenderLimits | None = None) -> Rendered:
     """``(output, None)`` of ``helm template release chart -n namespace -f values...`` over
     ``files``, or ``(None, why)`` in one line."""
     limits = limits or RenderLimits()
-    binary = helm_binary()
-    if binary is None:
+    program = helm_binary()
+    if program is None:
         return None, MISSING
-    key = _digest(files, (chart, release, namespace, *values), binary, limits)
-    with _MEMO_LOCK:
-        known = _MEMO.get(key)
-        if known is not None:
-            _MEMO.move_to_end(key)
-            return known
-    result = _template(files, chart, release, namespace, values, binary, limits)
-    with _MEMO_LOCK:
-        _MEMO[key] = result
-        while len(_MEMO) > _MEMO_SIZE:
-            _MEMO.popitem(last=False)
-    return result
-
-
-def _digest(files: Mapping[str, bytes], args: Sequence[str], binary: str,
-            limits: RenderLimits) -> str:
-    h = hashlib.sha256()
-    try:
-        stat = os.stat(binary)
-        h.update(f"{binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    except OSError:
-        h.update(binary.encode())
-    h.update(("\0".join(args) + f"\0{limits}\0").encode())
-    for path in sorted(files):
-        h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
-    return h.hexdigest()
+    key = digest(files, program, (chart, release, namespace, *values), limits)
+    return _MEMO.get_or(key, lambda: _template(files, chart, release, namespace, values,
+                                               program, limits))
 
 
 def _environment(tmp: str) -> dict[str, str]:
@@ -102,36 +65,23 @@ def _environment(tmp: str) -> dict[str, str]:
 
 
 def _template(files: Mapping[str, bytes], chart: str, release: str, namespace: str,
-              values: Sequence[str], binary: str, limits: RenderLimits
-              ) -> tuple[str | None, str | None]:
+              values: Sequence[str], program: str, limits: RenderLimits) -> Rendered:
     with tempfile.TemporaryDirectory(prefix="gitray-helm-") as tmp:
         top = Path(tmp) / "r"
-        top.mkdir()
-        for path, data in files.items():
-            target = top / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        args = [binary, "template", release, f"./{chart}", "--namespace", namespace,
+        write_tree(top, files)
+        args = [program, "template", release, f"./{chart}", "--namespace", namespace,
                 "--skip-tests"]
         for path in values:
             args += ["--values", f"./{path}"]
-        bound = shutil.which("prlimit")  # util-linux: the bound holds from exec on
-        if bound:
-            args = [bound, f"--as={limits.max_memory_bytes}", "--", *args]
         RENDERS[0] += 1
         try:
-            proc = subprocess.Popen(args, cwd=top, env=_environment(tmp),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
+            code, out, err, why = render(args, top, _environment(tmp), limits)
         except OSError as exc:
             return None, f"helm could not be started: {exc.strerror}"
-        if not bound:
-            _limit_memory(proc.pid, limits.max_memory_bytes)
-        out, err, why = _communicate(proc, limits)
         shown = f"helm template {release} {chart or '.'} -n {namespace}"
         if why is not None:
             return None, f"{shown} refused: {why}"
-        if proc.returncode != 0:
+        if code != 0:
             return None, f"{shown} failed: {_message(err.decode('utf-8', 'replace'), str(top))}"
     return out.decode("utf-8", "replace"), None
 
