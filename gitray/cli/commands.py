@@ -430,13 +430,13 @@ def _cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _cmd_signal(args: argparse.Namespace) -> int:
-    from gitray.cli.steer import parse_workload, send_signal
+    from gitray.cli.control import act, parse_for
     from gitray.k8s.client import Kube
 
-    key = parse_workload(args.workload)
+    key = parse_for(args.command, args.workload)  # promote|abort|suspend|resume|retry
     kube = Kube.connect(_kube_settings(args))
     try:
-        print(send_signal(kube, _lease_namespace(args), key, args.command))
+        print(act(kube, _lease_namespace(args), key, args.command))
     finally:
         kube.close()
     return EXIT_OK
@@ -444,6 +444,7 @@ def _cmd_signal(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
              "status": _cmd_status, "sync": _cmd_sync, "promote": _cmd_signal,
-             "abort": _cmd_signal}
+             "abort": _cmd_signal, "suspend": _cmd_signal, "resume": _cmd_signal,
+             "retry": _cmd_signal}
 
 
