@@ -1,4 +1,4 @@
-"""Benchmark 10: one workload's wait and everyone else — ``gitray sync`` as a fleet
+"""Benchmark 11: one workload's wait and everyone else — ``gitray sync`` as a fleet
 controller (issue 26), one code base beside another. I/O.
 
 Run against the kwok environment of ``bench/run`` (no real node, no Ray heads needed: every

@@ -103,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("workload", metavar="NAMESPACE/RAYSERVICE")
         cluster_args(cmd)
         lease_namespace_arg(cmd)
+    for name, what in (("suspend", "start no run of a workload (gitray sync and apply) until "
+                                   "resumed"),
+                       ("resume", "let gitray run a suspended workload again"),
+                       ("retry", "run a workload's failed run once more at the same revision")):
+        cmd = sub.add_parser(name, help=what)
+        cmd.add_argument("workload", metavar="NAMESPACE/KIND/NAME")
+        cluster_args(cmd)
+        lease_namespace_arg(cmd)
     _sync_parser(sub)
     return p
 

@@ -140,11 +140,11 @@ def run(ctx: CiContext, args: argparse.Namespace) -> int:
     from gitray.git.source import read_snapshot, resolve_revision
     from gitray.hosts.comments import upsert_plan_comment
     from gitray.plans.load import load_snapshot
-    from gitray.render.kustomize import run as run_kustomize
+    from gitray.render import runners
 
     prefix = git_prefix(args.path)
     snapshot = read_snapshot(args.path, args.revision)
-    loaded = load_snapshot(snapshot, {}, kustomize=run_kustomize)
+    loaded = load_snapshot(snapshot, {}, **runners())
     findings = findings_of(loaded.diagnostics, loaded.warnings)
     if ctx.host is StatusProvider.GITHUB:
         sys.stdout.write(github_commands(findings, prefix))

@@ -71,9 +71,9 @@ def _load(repo: str, revision: str | None, overrides: dict[str, Any],
           warn: bool = True, report: str | None = None,
           staged: bool = False) -> tuple[LoadResult, Snapshot]:
     snapshot = _read(repo, revision, staged)
-    from gitray.render.kustomize import run as run_kustomize
+    from gitray.render import runners
 
-    result = load_snapshot(snapshot, overrides, kustomize=run_kustomize)
+    result = load_snapshot(snapshot, overrides, **runners())
     _check(result, warn, report, repo)
     return result, snapshot
 
@@ -202,9 +202,9 @@ def _live_plan(args: argparse.Namespace, overrides: dict[str, Any], report: str 
     try:
         kuberay = cluster_schemas(kube, packaged(desired_config(snapshot, overrides)
                                                  .kuberay_version))
-        from gitray.render.kustomize import run as run_kustomize
+        from gitray.render import runners
 
-        result = load_snapshot(snapshot, overrides, kuberay=kuberay, kustomize=run_kustomize)
+        result = load_snapshot(snapshot, overrides, kuberay=kuberay, **runners())
         _check(result, report=report, repo=args.repo, note=False)
         try:
             records = read_records(kube, _lease_namespace(args), result.config)
@@ -431,13 +431,13 @@ def _cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _cmd_signal(args: argparse.Namespace) -> int:
-    from gitray.cli.steer import parse_workload, send_signal
+    from gitray.cli.control import act, parse_for
     from gitray.k8s.client import Kube
 
-    key = parse_workload(args.workload)
+    key = parse_for(args.command, args.workload)  # promote|abort|suspend|resume|retry
     kube = Kube.connect(_kube_settings(args))
     try:
-        print(send_signal(kube, _lease_namespace(args), key, args.command))
+        print(act(kube, _lease_namespace(args), key, args.command))
     finally:
         kube.close()
     return EXIT_OK
@@ -445,6 +445,7 @@ def _cmd_signal(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
              "status": _cmd_status, "sync": _cmd_sync, "promote": _cmd_signal,
-             "abort": _cmd_signal}
+             "abort": _cmd_signal, "suspend": _cmd_signal, "resume": _cmd_signal,
+             "retry": _cmd_signal}
 
 

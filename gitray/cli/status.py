@@ -16,6 +16,7 @@ from typing import TextIO
 from gitray.core.errors import GitrayError
 from gitray.core.model import Kind, ObjectKey
 from gitray.engine.apply import Desired, read_live
+from gitray.engine.controls import ControlStore, suspension
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
@@ -51,6 +52,7 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
     records = {r.key: r for r in RecordReader(kube, lease_namespace,
                                               desired.config.instance).list()}
+    controls = ControlStore(kube, lease_namespace).load_all()  # gitray suspend
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
     health = health_by_workload(kube, resolver, keys, live)
@@ -65,10 +67,12 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
         if key.kind == Kind.RAY_JOB and shown == "-" and record is not None and record.runs:
             last = record.runs[-1]  # KubeRay deleted the run (deletionStrategy): as recorded
             shown = f"{last.name}: {last.outcome} (recorded; the RayJob is gone)"
+        reason = "; ".join(r for r in (suspension(controls.get(key)),
+                                       record.reason if record else "") if r)
         rows.append(StatusRow(key, record.revision[:12] if record else "-",
                               record.state.value if record else "never applied",
                               _step(record) if record else "-", active, pending, shown,
-                              record.reason if record else ""))
+                              reason))
     return rows
 
 

@@ -22,7 +22,7 @@ from gitray.engine.progress import RecordReader
 from gitray.engine.record import record_name
 from gitray.k8s.client import Kube
 
-__all__ = ["parse_workload", "send_signal"]
+__all__ = ["parse_workload", "send_signal", "who"]
 
 _TRIES = 3
 
@@ -34,7 +34,7 @@ def parse_workload(text: str) -> ObjectKey:
     return ObjectKey(Kind.RAY_SERVICE.value, namespace, name)
 
 
-def _who() -> str:
+def who() -> str:
     try:
         return f"{getpass.getuser()}@{socket.gethostname()}"
     except (OSError, KeyError):
@@ -56,7 +56,7 @@ def send_signal(kube: Kube, lease_namespace: str, key: ObjectKey, action: str) -
         instance = str(((cm.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE)
                        or "gitray")
         decided = request(record, SignalAction(action), store.load(key),
-                          utc_timestamp(digits=0), _who())
+                          utc_timestamp(digits=0), who())
         signal: Signal | None = decided.signal
         if signal is None:
             return decided.message

@@ -23,6 +23,7 @@ __all__ = [
     "DashboardMode",
     "FreezeScope",
     "FreezeWindow",
+    "HelmRelease",
     "NotificationSettings",
     "RayJobSettings",
     "RayServiceSettings",
@@ -167,6 +168,17 @@ class NotificationSettings:
 
 
 @dataclass(frozen=True)
+class HelmRelease:
+    """A ``helm:`` entry of gitray.yaml: a chart of the repository rendered with ``helm
+    template`` (gitray.plans.helm). Paths are relative to the repository's top."""
+
+    chart: str
+    release: str
+    namespace: str = ""  # "": the config's defaultNamespace
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     """The validated settings for one repository. Defaults match SPEC §1."""
 
@@ -188,6 +200,7 @@ class Config:
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     freeze_windows: tuple[FreezeWindow, ...] = ()
+    helm: tuple[HelmRelease, ...] = ()  # charts rendered with helm template
 
     def allows(self, namespace: str) -> bool:
         """Whether ``namespace`` matches ``allowedNamespaces`` (fnmatch globs, case-sensitive):

@@ -34,6 +34,7 @@ __all__ = [
     "LABEL_WORKLOAD",
     "MANAGED_BY",
     "PRUNE_DISABLED",
+    "ROLE_CONTROL",
     "ROLE_PROGRESS",
     "ROLE_SIGNAL",
     "Diagnostic",
@@ -62,6 +63,8 @@ LABEL_WORKLOAD = "gitray.io/workload"
 LABEL_ROLE = "gitray.io/role"
 ROLE_PROGRESS = "progress"  # gitray.io/role of run records (never part of the live state)
 ROLE_SIGNAL = "signal"  # gitray.io/role of promote/abort signals (never part of the live state)
+# gitray.io/role of suspend/resume/retry controls (never part of the live state)
+ROLE_CONTROL = "control"
 # Set by gitray on a RayService cluster's pods whose Serve proxy answered healthy; the serve
 # Service selects on it (KubeRay's own ray.io/serve gating only applies to its RayServices).
 LABEL_SERVE = "gitray.io/serve"

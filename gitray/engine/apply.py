@@ -17,6 +17,7 @@ from gitray.core.livestore import LiveStore
 from gitray.core.model import Diagnostic, Kind, LiveState, ObjectKey, Workload
 from gitray.core.snapshot import Snapshot, snapshot_revision
 from gitray.engine.capacity import preflight
+from gitray.engine.controls import Control, ControlStore, suspension
 from gitray.engine.dryrun import dry_run
 from gitray.engine.executor import Outcome, Reporter, StepEvent, WorkloadOutcome
 from gitray.engine.progress import RecordReader
@@ -37,12 +38,11 @@ from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.sensitive import SensitiveValues
 from gitray.plans.stale import stale_reasons
 from gitray.plans.transitions import transition_problems
-from gitray.render.kustomize import run as run_kustomize
+from gitray.render import runners
 
-__all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from",
-           "execute", "freeze", "live_plan", "read_live", "read_live_store", "read_records",
-           "refuse_unappliable",
-           "resumable", "unappliable"]
+__all__ = ["Desired", "check_saved_plan", "desired_config", "desired_from", "execute", "freeze",
+           "live_plan", "read_live", "read_live_store", "read_records", "refuse_unappliable",
+           "resumable", "suspended", "unappliable"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def desired_from(snapshot: Snapshot, overrides: dict[str, Any],
             config = None  # the load reports it, with its place
         if config is not None:
             kuberay = cluster_schemas(kube, packaged(config.kuberay_version))
-    result = load_snapshot(snapshot, overrides, memo, kuberay, kustomize=run_kustomize)
+    result = load_snapshot(snapshot, overrides, memo, kuberay, **runners())
     if result.diagnostics:
         raise ValidationError(result.diagnostics)
     return Desired(snapshot, result, overrides)
@@ -229,6 +229,17 @@ def freeze(plan: Plan, config: Config, resume: Mapping[ObjectKey, Record],
     return hold_back(plan, held), outcomes
 
 
+def suspended(plan: Plan, controls: Mapping[ObjectKey, Control],
+              resume: Mapping[ObjectKey, Record]) -> tuple[Plan, list[WorkloadOutcome]]:
+    """``plan`` without the workloads ``gitray suspend`` holds (a run already under way goes
+    on), and their outcomes (not run, saying who suspended them)."""
+    held = {w.key: line for w in plan.workloads if w.steps and w.key not in resume
+            and (line := suspension(controls.get(w.key)))}
+    outcomes = [WorkloadOutcome(w.key, Outcome.SKIPPED, held[w.key], 0, len(w.steps))
+                for w in plan.workloads if w.key in held]
+    return hold_back(plan, held), outcomes
+
+
 def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
             on_wait: Callable[[str, float], None], *, replan: bool,
             override_freeze: str = "") -> list[WorkloadOutcome]:
@@ -253,6 +264,9 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
             plan = again
         resume = resumable(plan, records)
         plan, held = freeze(plan, desired.config, resume, datetime.now(UTC), override_freeze)
+        plan, stopped = suspended(plan, ControlStore(kube, wiring.settings.lease_namespace)
+                                  .load_all(), resume)
+        held += stopped
         for key, record in sorted(resume.items()):
             step = record.plan.steps[record.cursor]
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",

@@ -25,6 +25,7 @@ from gitray.core.model import (
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
+    ROLE_CONTROL,
     ROLE_PROGRESS,
     ROLE_SIGNAL,
     Kind,
@@ -66,7 +67,7 @@ _OPTIONAL_API_KINDS = {GATEWAY_API: tuple(kind for _, kind in GATEWAY_KINDS)}
 
 def managed_selector(instance: str) -> str:
     return (f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_INSTANCE}={instance},"
-            f"{LABEL_ROLE} notin ({ROLE_PROGRESS},{ROLE_SIGNAL})")
+            f"{LABEL_ROLE} notin ({ROLE_PROGRESS},{ROLE_SIGNAL},{ROLE_CONTROL})")
 
 
 def live_kinds(config: Config, desired_api_versions: dict[str, str]) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ from gitray.core.config import (
     Config,
     FreezeScope,
     FreezeWindow,
+    HelmRelease,
     NotificationSettings,
     RayJobSettings,
     RayServiceSettings,
@@ -260,6 +261,9 @@ def _build(data: Mapping[str, Any]) -> Config:
         ),
         freeze_windows=tuple(_freeze_window(w) for w in data.get("freezeWindows") or ()
                              if isinstance(w, Mapping)),
+        helm=tuple(HelmRelease(str(h["chart"]), str(h["release"]), str(h.get("namespace") or ""),
+                               tuple(str(v) for v in h.get("values") or ()))
+                   for h in data.get("helm") or () if isinstance(h, Mapping)),
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitray.core.config import CONFIG_FILE, Config
@@ -37,6 +37,7 @@ from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.parsing.text import decode_text, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.parsing.yamlwalk import NodeBudget
+from gitray.plans.helm import HelmRunner, at_templates, chart_dirs, owned_by_helm, render_charts
 from gitray.plans.identity import check_identity, check_kind
 from gitray.plans.kustomize import Runner, kustomize_dirs, owned_by_kustomize
 from gitray.plans.kustomized import at_sources, render_kustomizations
@@ -74,7 +75,8 @@ _CEL_UNEVALUATED = "CEL rule not evaluated by gitray"  # the start of such warni
 def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None,
                   memo: LoadMemo | None = None,
                   kuberay: KubeRaySchemas | None = None,
-                  kustomize: Runner | None = None) -> LoadResult:
+                  kustomize: Runner | None = None,
+                  helm: HelmRunner | None = None) -> LoadResult:
     """Validate every manifest of ``snapshot`` under its gitray.yaml and ``overrides``.
 
     Ray workloads are judged by ``kuberay`` (the CRDs a cluster serves), else by the packaged
@@ -86,6 +88,8 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
 
     Kustomizations (``gitray.plans.kustomize``) are rendered with ``kustomize``, the runner of
     ``kustomize build`` (``gitray.render.kustomize.run``); without one, each is a problem.
+    Helm charts named in gitray.yaml's ``helm:`` (``gitray.plans.helm``) are rendered with
+    ``helm``, the runner of ``helm template`` (``gitray.render.helm.run``), likewise.
     """
     by_path = {f.path: f for f in snapshot.files}
     config_file = by_path.get(CONFIG_FILE)
@@ -109,13 +113,24 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     results: list[tuple[str, _FileResult]] = []
     kdirs = set(kustomize_dirs(snapshot.files))
     rendered = render_kustomizations(snapshot, config, kustomize, diagnostics) if kdirs else {}
+    hdirs = chart_dirs(snapshot.files)
+    hvalues = {v for h in config.helm for v in h.values}
+    charts = render_charts(by_path, config, helm, diagnostics, warnings) \
+        if hdirs or config.helm else {}
     chosen = [f for f in _selected(snapshot, config, diagnostics)
-              if not owned_by_kustomize(f.path, kdirs)]
+              if not owned_by_kustomize(f.path, kdirs) and not owned_by_helm(f.path, hdirs,
+                                                                              hvalues)]
     chosen += [RepoFile(r.virtual_path, r.text.encode()) for r in rendered.values()]
     for repo_file in chosen:
         if budget.left < 0:
             break  # reported once, at the file that went over
         results.append((repo_file.path, _file(repo_file, config, kuberay, budget, memo, by_path)))
+    for chart in charts.values():  # namespace-less objects go to the release namespace
+        if budget.left < 0:
+            break
+        results.append((chart.virtual_path, _file(
+            RepoFile(chart.virtual_path, chart.text.encode()),
+            replace(config, default_namespace=chart.namespace), kuberay, budget, memo, by_path)))
     serve_files = {path for _, found in results for path, _ in found.deps}
     for path, found in results:
         if path in serve_files:
@@ -126,6 +141,9 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
     if rendered:
         workloads, diagnostics, warnings = at_sources(rendered, by_path, workloads,
                                                        diagnostics, warnings)
+    if charts:
+        workloads, diagnostics, warnings = at_templates(charts, workloads, diagnostics,
+                                                        warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:

@@ -291,3 +291,36 @@ def test_a_freeze_window_holds_apply_an_override_is_recorded_and_status_watches(
     assert any(line.startswith(f"{namespace}/ConfigMap/cfg") and "succeeded" in line
                for line in text.splitlines()), text
     assert watching.returncode == 0 and "Traceback" not in text, text
+
+
+def test_a_suspended_workload_is_not_applied_until_resumed(
+        testenv: TestEnv, namespace: str, tools: tuple[GitOpsRepo, Gitray]) -> None:
+    repo, gitray = tools
+    repo.commit("v1", {"gitray.yaml": gitray_config(namespace=namespace),
+                       "cfg.yaml": dump(configmap(namespace, "cfg", "v1")),
+                       "other.yaml": dump(configmap(namespace, "other", "v1"))})
+    workload = f"{namespace}/ConfigMap/cfg"
+    r = gitray.run("suspend", workload)
+    assert r.returncode == 0 and f"{workload} suspended" in r.stdout, output(r)
+    r = gitray.run("suspend", workload)
+    assert r.returncode == 0 and "was already suspended" in r.stdout, output(r)
+    r = gitray.run("apply", "--yes", "--repo", str(repo.path))
+    assert r.returncode == 1, output(r)
+    assert f"{workload} not run: suspended by " in r.stderr, output(r)
+    assert cm_value(testenv, namespace, "cfg") is None  # held
+    assert cm_value(testenv, namespace, "other") == "v1"  # the rest is applied
+    r = gitray.run("status", "--repo", str(repo.path))
+    assert r.returncode == 0 and f"{workload}: suspended by " in r.stdout, output(r)
+    # the control is no live object: it never shows up in a plan
+    r = gitray.run("plan", "--repo", str(repo.path))
+    assert "gitray-control-" not in r.stdout, output(r)
+
+    r = gitray.run("resume", workload)
+    assert r.returncode == 0 and f"{workload} resumed" in r.stdout, output(r)
+    r = gitray.run("apply", "--yes", "--repo", str(repo.path))
+    assert r.returncode == 0, output(r)
+    assert cm_value(testenv, namespace, "cfg") == "v1"
+    # nothing failed: nothing to retry, said in one line
+    r = gitray.run("retry", workload)
+    assert r.returncode == 1 and "nothing to retry" in r.stderr, output(r)
+    assert "its run is succeeded" in r.stderr and "Traceback" not in r.stderr

@@ -225,6 +225,21 @@ CASES: list[Case] = [
          lambda ns: {"a/kustomization.yaml": "resources: [../b]\n",
                      "b/kustomization.yaml": "resources: [../a]\n"},
          (r"^a/kustomization\.yaml:1:1: never rendered: .*a cycle of kustomizations",)),
+    # Helm charts (issue 32): refused before helm runs (tests/unit/test_helm.py has the renders
+    # that run: huge output, memory, a template that loops)
+    Case("helm_escape",
+         lambda ns: {"gitray.yaml": gitray_config(allowedNamespaces=[ns], helm=[
+             {"chart": "../../../../etc", "release": "r", "namespace": ns}])},
+         (r"^gitray\.yaml:\d+:\d+: helm chart '\.\./\.\./\.\./\.\./etc' leaves the "
+          r"repository",), worktree=True),
+    Case("helm_remote_dependency",
+         lambda ns: {"gitray.yaml": gitray_config(allowedNamespaces=[ns], helm=[
+             {"chart": "c", "release": "r", "namespace": ns}]),
+                     "c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n"
+                                     "  - {name: redis, version: 1.0.0, repository: "
+                                     "'oci://registry.example/charts'}\n"},
+         (r"^gitray\.yaml:\d+:\d+: dependency redis from oci://registry\.example/charts "
+          r"refused: it is not vendored into c/charts/",), worktree=True),
     # Valid revisions that must not prune: the documented safe outcome is exit 0, nothing done.
     Case("empty_revision_with_live_workloads",
          lambda ns: {"apps/a.yaml": None, "apps/b.yaml": None, "clusters/lab.yaml": None},

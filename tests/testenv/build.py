@@ -17,6 +17,8 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/src/          throwaway modules used for the builds
     <root>/kustomize-<v>/bin/kustomize  the real kustomize v5 of the rendering tests, keyed by
                                its own version (tests/testenv/kustomize.py)
+    <root>/helm-<v>/bin/helm   the real helm v4 of the chart-rendering tests, keyed by its own
+                               version (tests/testenv/helm.py)
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
                                by their own versions (tests/testenv/traefik.py); built last
                                by ``main``, needed only by ``up --gateway``
@@ -603,6 +605,9 @@ def main(gateway_only: bool = False) -> int:
             from tests.testenv.kustomize import build_kustomize
 
             build_kustomize(cache_root(), say=lambda m: print(m, flush=True))
+            from tests.testenv.helm import build_helm
+
+            build_helm(cache_root(), say=lambda m: print(m, flush=True))
         from tests.testenv.traefik import build_gateway
 
         gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))

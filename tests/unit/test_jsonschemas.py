@@ -26,6 +26,8 @@ Path_ = tuple[str | int, ...]
 def examples() -> list[tuple[str, dict[str, Any]]]:
     out = []
     for path in sorted(EXAMPLES.rglob("*.yaml")):
+        if any((d / "Chart.yaml").is_file() for d in path.parents):
+            continue  # a Helm chart's templates are not YAML until helm renders them
         for doc in YAML(typ="safe").load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("apiVersion") == "ray.io/v1":
                 for release in KUBERAY_VERSIONS:

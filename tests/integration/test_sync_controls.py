@@ -1,0 +1,124 @@
+"""Freeze windows, suspend/resume and retry through `gitray sync` (issue 29): a real daemon
+process, a real bare Git remote with statuses as git notes, the real API server. Cheap
+workloads (ConfigMaps; a RayService whose head can never be scheduled), no Ray pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.chaos import Replica
+from tests.integration.gitops import GitOpsRepo, Gitray, example_rayservice, output
+from tests.integration.test_daemon import note_lines, notes, push, start_sync
+from tests.manifests import dump, gitray_config
+from tests.testenv.helpers import TestEnv, wait_for
+
+
+def configmap(ns: str, name: str, value: str) -> str:
+    return dump({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": name, "namespace": ns}, "data": {"value": value}})
+
+
+def cm_value(env: TestEnv, ns: str, name: str) -> str | None:
+    items = env.core.list_namespaced_config_map(ns, field_selector=f"metadata.name={name}").items
+    return items[0].data["value"] if items else None
+
+
+@pytest.fixture
+def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+              tmp_path: Path) -> Iterator[Replica]:
+    bare, _ = remote
+    sync = start_sync(testenv, namespace, bare, tmp_path)
+    yield sync
+    sync.terminate()
+
+
+def polls(sync: Replica) -> float:
+    return sync.metric("gitray_polls_total") or 0.0
+
+
+def status_of(bare: Path, sha: str, context: str) -> dict[str, Any]:
+    return notes(bare, sha).get(context) or {}
+
+
+def config(ns: str, **extra: Any) -> str:
+    return gitray_config("4s", ns, status={"provider": "git-notes"}, **extra)
+
+
+def test_a_freeze_window_holds_sync_and_a_suspended_workload_waits_for_resume(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        sync_proc: Replica) -> None:
+    bare, work = remote
+    always = {"name": "always", "schedule": "* * * * *", "duration": "1h"}
+    frozen = push(work, "frozen", {"gitray.yaml": config(namespace, freezeWindows=[always]),
+                                   "a.yaml": configmap(namespace, "a", "v1")})
+    context = f"gitray/{namespace}/ConfigMap/a"
+    def held_by_the_window() -> bool:
+        status = status_of(bare, frozen, context)
+        return status.get("state") == "pending" and \
+            "held: freeze window always" in status.get("description", "")
+
+    wait_for(lambda: held_by_the_window() or None, timeout=120)
+    wait_for(lambda: polls(sync_proc) >= 3 or None, timeout=60)
+    assert cm_value(testenv, namespace, "a") is None  # held, poll after poll
+    assert notes(bare, frozen)["gitray"]["state"] == "pending"  # the commit is not in sync
+
+    # the window leaves gitray.yaml: applied at the next poll, the commit in sync
+    thawed = push(work, "thawed", {"gitray.yaml": config(namespace)})
+    wait_for(lambda: cm_value(testenv, namespace, "a"), timeout=120)
+    wait_for(lambda: notes(bare, thawed).get("gitray", {}).get("state") == "success" or None,
+             timeout=60)
+
+    # suspend b before it is pushed: pending, saying who; resumed, it is applied
+    gitray = Gitray(testenv.kubeconfig, namespace)
+    workload = f"{namespace}/ConfigMap/b"
+    r = gitray.run("suspend", workload)
+    assert r.returncode == 0, output(r)
+    held = push(work, "b", {"b.yaml": configmap(namespace, "b", "v1")})
+    wait_for(lambda: "suspended by " in status_of(bare, held, f"gitray/{workload}")
+             .get("description", "") or None, timeout=120)
+    assert status_of(bare, held, f"gitray/{workload}")["state"] == "pending"
+    assert cm_value(testenv, namespace, "b") is None
+    r = gitray.run("resume", workload)
+    assert r.returncode == 0, output(r)
+    wait_for(lambda: cm_value(testenv, namespace, "b"), timeout=120)
+    wait_for(lambda: notes(bare, held).get("gitray", {}).get("state") == "success" or None,
+             timeout=60)
+
+
+def unschedulable_rayservice(ns: str) -> str:
+    doc = example_rayservice(ns)
+    head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    head["nodeSelector"] = {"gitray.io/test": "nowhere"}  # never ready
+    return dump(doc)
+
+
+def test_retry_runs_a_failed_run_once_more_at_the_same_revision(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        sync_proc: Replica) -> None:
+    bare, work = remote
+    sha = push(work, "never ready", {
+        "gitray.yaml": gitray_config("4s", namespace, ready_timeout="8s",
+                                     status={"provider": "git-notes"}),
+        "svc.yaml": unschedulable_rayservice(namespace)})
+    workload = f"{namespace}/RayService/serve-demo"
+    context = f"gitray/{workload}"
+
+    def failures() -> int:
+        return sum(1 for r in note_lines(bare, sha)
+                   if r["context"] == context and r["state"] == "failure")
+
+    wait_for(lambda: failures() >= 1 or None, timeout=180)
+    seen = polls(sync_proc)
+    wait_for(lambda: polls(sync_proc) >= seen + 5 or None, timeout=60)
+    assert failures() == 1  # not retried at the same revision by itself
+
+    r = Gitray(testenv.kubeconfig, namespace).run("retry", workload)
+    assert r.returncode == 0 and "runs again" in r.stdout, output(r)
+    wait_for(lambda: failures() >= 2 or None, timeout=180)  # ran again (and failed again)
+    seen = polls(sync_proc)
+    wait_for(lambda: polls(sync_proc) >= seen + 5 or None, timeout=60)
+    assert failures() == 2  # once per request
