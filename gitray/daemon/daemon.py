@@ -3,18 +3,17 @@
 Every replica serves HTTP (/healthz, /readyz, /metrics, /hooks/git) and contends for the
 Lease (``gitray.daemon.leadership``; a standby watches it and keeps warm:
 ``gitray.daemon.standby``); only the holder fetches and executes. apscheduler runs the poll
-job (every ``interval``: git fetch; a new commit, a due retry, a run that ended or a due drift
-check starts a pass) and the deletions job (every ``deletion_interval``: old RayService
-clusters whose persisted deadline passed).
+job (every ``interval``: git fetch; a new commit, a due retry, a changed control, a run that
+ended or a due drift check starts a pass) and the deletions job (every ``deletion_interval``).
 
 A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
 (``gitray.daemon.fleet``), so a long wait holds no other workload, commit or deletion; a commit
 gets its verdict from its workloads' runs (``gitray.daemon.verdicts``). A pass never prunes on
-an unreadable or invalid revision, and a workload whose run failed at a revision is not retried
-at that revision (a later commit retries). A newer commit that wants another spec for a
-RayService whose upgrade still waits (before any traffic moved) ends that run
-(``gitray.daemon.newer``). SIGTERM interrupts the runs (a wait ends at once), leaves their
-records "running" with their cursors for the next leader, and releases the Lease.
+an invalid revision; a workload whose run failed at a revision is retried there only by
+``gitray retry``; freeze windows and suspensions hold workloads (``gitray.daemon.holds``). A
+newer commit wanting another spec for a RayService whose upgrade waits (no traffic moved yet)
+ends that run (``gitray.daemon.newer``). SIGTERM interrupts the runs, leaves their records
+"running" for the next leader, and releases the Lease.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.fleet import Fleet, Flight, dispatchable
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
+from gitray.daemon.holds import Holds
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.leadership import Leadership
 from gitray.daemon.metrics import Metrics
@@ -54,13 +54,8 @@ from gitray.daemon.signals import Signals
 from gitray.daemon.standby import Revisions, Standby
 from gitray.daemon.state import StateBox
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
-from gitray.engine.apply import (
-    Desired,
-    desired_from,
-    live_plan,
-    read_live,
-    resumable,
-)
+from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
+from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import StepEvent, WorkloadOutcome
 from gitray.engine.health import health_by_workload
 from gitray.engine.record import Record, RunState
@@ -103,6 +98,8 @@ class Daemon:
         self.verdicts = Verdicts(self.post_status, self.metrics, self.signals, self.state,
                                  self._health)
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
+        self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
+                           self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
         self.health_job = HealthJob(  # health watched after convergence
             HealthWatch(self.signals, self.post_status), self.state, self.revisions, self._lock,
@@ -250,7 +247,7 @@ class Daemon:
                             "ancestor of %s; syncing the new tip", fetched.branch, synced[:7],
                             fetched.sha[:7])
             self.sync(fetched.cache, fetched.sha, "commit")
-        elif retry:
+        elif retry or self.holds.changed():  # (a gitray suspend, resume or retry)
             self.sync(fetched.cache, fetched.sha, "retry")
         elif ended:  # the next wave, or the commit's verdict
             self.sync(fetched.cache, fetched.sha, "run")
@@ -353,9 +350,10 @@ class Daemon:
                                  f"invalid revision, nothing applied: {first}")
             return []
         self.state.update(next_deletion=next_deletion)
+        controls = self.holds.controls()  # gitray suspend/resume/retry: one LIST
         plan, failed_before = skip_failed(plan, {
-            r.key: r.desired_hash for r in records
-            if r.state is RunState.FAILED and r.revision == plan.revision})
+            r.key: r.desired_hash for r in records if r.state is RunState.FAILED
+            and r.revision == plan.revision and not retry_wanted(controls.get(r.key), r)})
         if trigger == "commit":
             for key in failed_before:
                 log.info("%s failed at %s before; a new commit retries it", key,
@@ -365,11 +363,13 @@ class Daemon:
         plan, held = self.verdicts.hold_back(self.kube, sha, trigger, plan)
         resume = resumable(plan, records)
         in_flight = self.fleet.in_flight()
+        plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
+                                       {*resume, *in_flight})
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
             # sync": its failure status stands (e.g. for a new leader polling that commit)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \
-                    and not in_flight:
+                    and not in_flight and not paused:
                 self.verdicts.converged(sha, desired)
             return []
         return self._dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,

@@ -6,7 +6,7 @@ resume or start each workload's run, execute, report. I/O; shared by ``gitray ap
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -207,7 +207,7 @@ def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
             and r.desired_hash == wanted[r.key] and r.cursor < len(r.plan.steps)}
 
 
-def freeze(plan: Plan, config: Config, resume: Mapping[ObjectKey, Record],
+def freeze(plan: Plan, config: Config, resume: Collection[ObjectKey],
            now: datetime, override: str = "") -> tuple[Plan, list[WorkloadOutcome]]:
     """``plan`` without the workloads an open freeze window holds (a run already under way
     goes on), and their outcomes (not run, saying until when). With ``override`` (the reason
@@ -230,7 +230,7 @@ def freeze(plan: Plan, config: Config, resume: Mapping[ObjectKey, Record],
 
 
 def suspended(plan: Plan, controls: Mapping[ObjectKey, Control],
-              resume: Mapping[ObjectKey, Record]) -> tuple[Plan, list[WorkloadOutcome]]:
+              resume: Collection[ObjectKey]) -> tuple[Plan, list[WorkloadOutcome]]:
     """``plan`` without the workloads ``gitray suspend`` holds (a run already under way goes
     on), and their outcomes (not run, saying who suspended them)."""
     held = {w.key: line for w in plan.workloads if w.steps and w.key not in resume
