@@ -364,7 +364,7 @@ class Daemon:
         resume = resumable(plan, records)
         in_flight = self.fleet.in_flight()
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
-                                       {*resume, *in_flight})
+                                       {*resume, *in_flight}, failed_before)
         if not any(w.steps for w in plan.workloads) and not resume:
             # "nothing to do" because a workload already failed at this revision is not "in
             # sync": its failure status stands (e.g. for a new leader polling that commit)

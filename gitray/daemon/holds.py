@@ -1,13 +1,14 @@
 """What ``gitray sync`` holds back besides invalid and unappliable changes: workloads an open
 freeze window covers (gitray.yaml ``freezeWindows``) and workloads ``gitray suspend`` holds;
-and the controls that make a pass look again (``gitray resume``, ``gitray retry``). I/O (one
-LIST of the controls per poll, statuses through the daemon's poster).
+and the controls that make a pass look again (``gitray resume``, ``gitray retry``). I/O (a LIST
+of the controls, statuses through the daemon's poster).
 
 A held workload's commit status is pending with the reason ("held: freeze window weekend (all
 changes) until ...", "suspended by ... (gitray resume ... lets it run)"); the commit is not in
 sync while anything is held. A run already under way (in flight or interrupted) goes on. When
 the first window closes, a pass looks again (a due retry); a changed control (a suspend, resume
-or retry) is noticed at the next poll.
+or retry) is noticed at the next poll while something is held or failed (one LIST a poll
+then; none otherwise).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Holds:
         self._store = ControlStore(kube, lease_namespace)
         self._post, self._state = post_status, state
         self._seen: dict[ObjectKey, str] | None = None  # resourceVersion by workload
+        # whether a control can change what a pass does: something was held back or failed
+        # (a resume or a retry needs a pass; a suspend waits for the next one)
+        self._watch = False
 
     def controls(self) -> dict[ObjectKey, Control]:
         """Every control (one LIST); remembered, so that :meth:`changed` sees what is new."""
@@ -49,7 +53,10 @@ class Holds:
         return controls
 
     def changed(self) -> bool:
-        """Whether a control was written since the last pass read them (a pass is due)."""
+        """Whether a control was written since the last pass read them (a pass is due);
+        read only while the last pass held something back or left a failure."""
+        if not self._watch:
+            return False
         try:
             now = {k: c.resource_version for k, c in self._store.load_all().items()}
         except GitrayError as e:
@@ -58,8 +65,8 @@ class Holds:
         return self._seen is not None and now != self._seen
 
     def hold(self, sha: str, trigger: str, plan: Plan, config: Config,
-             controls: Mapping[ObjectKey, Control], under_way: Collection[ObjectKey]
-             ) -> tuple[Plan, list[ObjectKey]]:
+             controls: Mapping[ObjectKey, Control], under_way: Collection[ObjectKey],
+             failed: Collection[ObjectKey]) -> tuple[Plan, list[ObjectKey]]:
         """``plan`` without what a freeze window or a suspension holds (runs under way go
         on), and the workloads held; their statuses say why, and a pass is due when the first
         window closes."""
@@ -69,6 +76,7 @@ class Holds:
         plan, frozen = freeze(plan, config, busy, now)
         plan, stopped = suspended(plan, controls, busy)
         held = [*frozen, *stopped]
+        self._watch = bool(held or failed)
         for outcome in held:
             log.info("%s: %s not applied now: %s", sha[:7], outcome.key, outcome.reason)
             if trigger in _SPEAKS:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.chaos import Replica
 from tests.integration.gitops import GitOpsRepo
 from tests.testenv.helpers import (
     EnvUnavailable,
@@ -131,3 +132,15 @@ def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
             return not pods and not [h for h in kwokenv.ray_heads() if h["namespace"] == name]
         # the runner's Ray heads take about 1 GB each: don't let them pile up across tests
         wait_for(gone, timeout=180, what=f"pods and Ray heads of namespace {name} gone")
+
+
+@pytest.fixture
+def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+              tmp_path: Path) -> Iterator[Replica]:
+    """``gitray sync`` of ``remote`` (1 s polls, statuses as the test's gitray.yaml says)."""
+    from tests.integration.test_daemon import start_sync
+
+    bare, _ = remote
+    sync = start_sync(testenv, namespace, bare, tmp_path)
+    yield sync
+    sync.terminate()

@@ -9,11 +9,8 @@ import hmac
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import GREETER, NEW_IMAGE, GitOpsRepo, example_rayservice
@@ -45,15 +42,6 @@ def serving(testenv: TestEnv, ns: str) -> str | None:
     except Exception:
         return None
     return str(svc.spec.selector["ray.io/cluster"])
-
-
-@pytest.fixture
-def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
-              tmp_path: Path) -> Iterator[Replica]:
-    bare, _ = remote
-    sync = start_sync(testenv, namespace, bare, tmp_path)
-    yield sync
-    sync.terminate()
 
 
 def rs(ns: str, **kw: Any) -> str:

@@ -4,15 +4,12 @@ workloads (ConfigMaps; a RayService whose head can never be scheduled), no Ray p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.integration.chaos import Replica
 from tests.integration.gitops import GitOpsRepo, Gitray, example_rayservice, output
-from tests.integration.test_daemon import note_lines, notes, push, start_sync
+from tests.integration.test_daemon import note_lines, notes, push
 from tests.manifests import dump, gitray_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -25,15 +22,6 @@ def configmap(ns: str, name: str, value: str) -> str:
 def cm_value(env: TestEnv, ns: str, name: str) -> str | None:
     items = env.core.list_namespaced_config_map(ns, field_selector=f"metadata.name={name}").items
     return items[0].data["value"] if items else None
-
-
-@pytest.fixture
-def sync_proc(testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
-              tmp_path: Path) -> Iterator[Replica]:
-    bare, _ = remote
-    sync = start_sync(testenv, namespace, bare, tmp_path)
-    yield sync
-    sync.terminate()
 
 
 def polls(sync: Replica) -> float:
