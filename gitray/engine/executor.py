@@ -13,12 +13,12 @@ Failure (SPEC §3): a RayService whose new cluster failed before any traffic was
 gets that pending cluster deleted (or kept and marked failed with ``keepFailedClusters``);
 the active cluster and both Services are left untouched.
 
-An incremental upgrade (``gitray.engine.upgradecontrol``) is steered by ``gitray promote`` and
-``gitray abort`` (read at every step boundary before the promotion, and by its holds); a
-``run-analysis`` that fails is counted in the run record and, below its ``failureLimit``, run
-again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
-failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity
-restored, the new cluster deleted (or kept, marked failed).
+An incremental upgrade (``gitray.engine.incremental.upgradecontrol``) is steered by ``gitray
+promote`` and ``gitray abort`` (read at every step boundary before the promotion, and by its
+holds); a ``run-analysis`` that fails is counted in the run record and, below its ``failureLimit``,
+run again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
+failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity restored,
+the new cluster deleted (or kept, marked failed).
 
 A newer commit (``gitray sync`` asks ``superseded`` while a RayService upgrade waits, before
 any traffic moved): the run ends ``cancelled`` where it stands — no clean-up, the next pass
@@ -121,7 +121,7 @@ class _Run:
 
     record: Record | None
     steering: RunSteering | None
-    promotion: int | None  # gitray.engine.upgradecontrol.promotion_index
+    promotion: int | None  # gitray.engine.incremental.upgradecontrol.promotion_index
     failures: list[str]  # failed analyses so far
 
 
