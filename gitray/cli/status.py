@@ -6,6 +6,7 @@ latest run, a RayCronJob's schedule and runs, each Serve application of a RaySer
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -89,12 +90,17 @@ def render_status(rows: list[StatusRow]) -> str:
 
 def show_status(kube: Kube, desired: Desired, lease_namespace: str, resolver: Resolver,
                 every: float | None) -> None:
-    """Print the status table once, or (``every`` seconds) again and again until Ctrl-C."""
+    """Print the status table once, or (``every`` seconds) again and again until Ctrl-C (or
+    SIGTERM)."""
     def table() -> str:
         return render_status(workload_status(kube, desired, lease_namespace, resolver))
     if every is None:
         sys.stdout.write(table())
         return
+    # Ctrl-C and SIGTERM end the watch cleanly, even where SIGINT came in ignored (a shell
+    # starts background commands so, and an ignored signal stays ignored across exec)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     watch(table, every, sys.stdout, sys.stdout.isatty())
 
 
