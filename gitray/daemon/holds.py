@@ -72,7 +72,7 @@ class Holds:
         window closes."""
         busy = {k: None for k in under_way}
         now = datetime.now(UTC)
-        windows = frozen_workloads(plan, config.freeze_windows, now)
+        before = plan
         plan, frozen = freeze(plan, config, busy, now)
         plan, stopped = suspended(plan, controls, busy)
         held = [*frozen, *stopped]
@@ -84,7 +84,8 @@ class Holds:
         if held and trigger in _SPEAKS:  # (a pass that starts runs too says "applying")
             self._post(sha, None, "pending", f"{len(held)} workload(s) held: {held[0].key}: "
                        f"{held[0].reason}")
-        if frozen:  # look again when the first window closes
+        if frozen:  # look again when the first window closes (read again only then)
+            windows = frozen_workloads(before, config.freeze_windows, now)
             first = min(windows[o.key].until for o in frozen)
             wait = max(1.0, (first - now).total_seconds())
             self._state.update(retry_at=time.monotonic() + wait)
