@@ -7,7 +7,10 @@ job (every ``interval``: git fetch; a new commit, a due retry, a changed control
 ended or a due drift check starts a pass) and the deletions job (every ``deletion_interval``).
 
 A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
-(``gitray.daemon.fleet``), so a long wait holds no other workload, commit or deletion; a commit
+(``gitray.daemon.fleet``, ``gitray.daemon.dispatch``), so a long wait holds no other workload,
+commit or deletion; a wait parks, holding no worker, and the rechecks job (every second: due
+waits only, one LIST per kind and namespace, ``gitray.daemon.rechecks``) releases it for the
+next pass to resume at its wait step; a commit
 gets its verdict from its workloads' runs (``gitray.daemon.verdicts``). A pass never prunes on
 an invalid revision; a workload whose run failed at a revision is retried there only by
 ``gitray retry``; freeze windows and suspensions hold workloads (``gitray.daemon.holds``). A
@@ -41,13 +44,15 @@ from gitray.core.errors import (
 )
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
-from gitray.daemon.fleet import Fleet, Flight, dispatchable
+from gitray.daemon.dispatch import Dispatcher
+from gitray.daemon.fleet import Fleet, Flight
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.holds import Holds
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.leadership import Leadership
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.newer import NewerCommit, Source
+from gitray.daemon.rechecks import Rechecks
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.signals import Signals
@@ -56,16 +61,16 @@ from gitray.daemon.state import StateBox
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
 from gitray.engine.controls import retry_wanted
-from gitray.engine.executor import StepEvent, WorkloadOutcome
+from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
 from gitray.engine.health import health_by_workload
-from gitray.engine.record import Record, RunState
+from gitray.engine.record import RunState
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch
 from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder
 from gitray.plans.filters import only_deletions, skip_failed
-from gitray.plans.plan import Plan, WorkloadPlan
+from gitray.plans.plan import WorkloadPlan
 
 __all__ = ["Daemon", "PostStatus"]
 
@@ -98,6 +103,8 @@ class Daemon:
         self.verdicts = Verdicts(self.post_status, self.metrics, self.signals, self.state,
                                  self._health)
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
+        self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor)
+        self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released)
         self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
                            self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
@@ -126,6 +133,8 @@ class Daemon:
                                next_run_time=datetime.now(UTC))
         self.scheduler.add_job(self._deletion_job, "interval",
                                seconds=self.settings.deletion_interval_s, id="deletions",
+                               max_instances=1, coalesce=True)
+        self.scheduler.add_job(self._recheck_job, "interval", seconds=1.0, id="rechecks",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.health_job, "interval", seconds=self.settings.interval_s,
                                id="health", max_instances=1, coalesce=True)
@@ -254,6 +263,18 @@ class Daemon:
         elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
 
+    def _recheck_job(self) -> None:
+        if self._stopping.is_set():
+            return
+        if not self.lease.is_leader:  # the next leader resumes them from their records
+            self.fleet.forget(self.fleet.parked())
+            return
+        self.rechecks.round()
+
+    def _resume_released(self) -> None:
+        self._ended.set()
+        self.trigger_poll()
+
     def _deletion_job(self) -> None:
         state = self.state.current
         if self._stopping.is_set() or not self.lease.is_leader or not state.synced:
@@ -362,6 +383,7 @@ class Daemon:
             plan = only_deletions(plan)
         plan, held = self.verdicts.hold_back(self.kube, sha, trigger, plan)
         resume = resumable(plan, records)
+        self.dispatch.resume_released(plan, records, resume)
         in_flight = self.fleet.in_flight()
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
                                        {*resume, *in_flight}, failed_before)
@@ -372,38 +394,8 @@ class Daemon:
                     and not in_flight and not paused:
                 self.verdicts.converged(sha, desired)
             return []
-        return self._dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,
-                              self._newer_commit(sha, snapshot))
-
-    def _dispatch(self, sha: str, trigger: str, desired: Desired, plan: Plan,
-                  resume: dict[ObjectKey, Record], in_flight: dict[ObjectKey, Flight],
-                  failed: list[ObjectKey], superseded: NewerCommit) -> list[WorkloadPlan]:
-        """Start the runs whose turn has come (``dispatchable``), each on a worker."""
-        ready = dispatchable(plan, in_flight, failed, resume)
-        waiting = [w for w in plan.workloads
-                   if (w.steps or w.key in resume) and w.key not in in_flight and w not in ready]
-        if ready:
-            log.info("sync %s (%s): %s", sha[:7], trigger, ", ".join(
-                f"{w.key} {len(resume[w.key].plan.steps) if w.key in resume else len(w.steps)}"
-                " steps" for w in ready))
-        if trigger in VERDICT_TRIGGERS and (ready or trigger == "commit") and not failed:
-            changing = sum(1 for w in plan.workloads if w.steps or w.key in resume
-                           or (w.key in in_flight and in_flight[w.key].sha == sha))
-            self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
-        if not ready:
-            return []
-        progress = self.wiring.progress(desired.config)
-        executor = self.wiring.executor(desired.config, progress, self._reporter(sha),
-                                        desired.sensitive, superseded=superseded)
-
-        def run(wp: WorkloadPlan) -> Callable[[], WorkloadOutcome]:
-            return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
-
-        for wp in ready:
-            self.fleet.dispatch(wp, sha, trigger, run(wp))
-        if trigger in VERDICT_TRIGGERS:
-            self.verdicts.dispatched(sha, [w.key for w in ready], left=bool(waiting))
-        return ready
+        return self.dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,
+                             self._newer_commit(sha, snapshot))
 
     def _run_ended(self, key: ObjectKey, flight: Flight, outcome: WorkloadOutcome | None
                    ) -> None:
@@ -434,6 +426,12 @@ class Daemon:
             log.info("health for the commit statuses not read: %s", e)
             return {}
 
+    def _executor(self, sha: str, desired: Desired, superseded: SupersedeCheck) -> Executor:
+        """An executor whose runs report to ``sha`` and park at their waits."""
+        return self.wiring.executor(desired.config, self.wiring.progress(desired.config),
+                                    self._reporter(sha), desired.sensitive,
+                                    superseded=superseded, park=True)
+
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
         inner = self.signals.reporter(sha, step_reporter(sha, self.post_status, self.metrics,
                                                          self.events, self._stopping))
@@ -441,8 +439,9 @@ class Daemon:
         def report(event: StepEvent) -> None:
             if not self.lease.is_leader:  # a run stops at its next progress point, not only
                 raise LeaseLostError("the Lease was lost")  # at its next mutation
-            if event.phase == "start":
-                self.fleet.stepped(event.key, f"{event.index}/{event.total} "
-                                   f"{event.step.type.value} {event.step.target}")
+            if event.phase == "start" and not self.fleet.stepped(
+                    event.key, f"{event.index}/{event.total} {event.step.type.value} "
+                    f"{event.step.target}"):
+                return  # a parked wait checked again: its start was said
             inner(event)
         return report

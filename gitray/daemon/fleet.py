@@ -12,6 +12,13 @@ work, is in flight, or failed at that commit. A workload in flight is never disp
 for the same spec it is left to run; for another spec its own supersede check (today's rules)
 ends it if it may, and the next pass plans it again.
 
+A run that reaches a wait parks there (``gitray.engine.parking``): its worker is released, its
+record stays "running" at the wait step, and the workload stays in flight, ``Parked``. The
+daemon's re-check rounds (``gitray.daemon.rechecks``) look at the parked workloads that are due
+(``due``; each re-checked later and later: ``recheck_delay``) and release those whose wait may
+have ended or whose timeout ran out; the next pass resumes a released run at its wait step, as
+a new leader resumes an interrupted one, with the commit it was started for.
+
 When a run ends, the daemon hears it (``on_end``): statuses, metrics, and a poll that plans the
 next wave or gives the commit its verdict. On shutdown the runs stop at their next progress
 point (``Interrupted``), their records left "running" for the next leader; a run whose Lease is
@@ -23,21 +30,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 
 from gitray.core.errors import GitrayError, Interrupted, LeaseLostError
 from gitray.core.model import Kind, ObjectKey
-from gitray.engine.executor import WorkloadOutcome
+from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.plans.plan import Plan, WorkloadPlan
 
-__all__ = ["Fleet", "Flight", "dispatchable", "order_of"]
+__all__ = ["Fleet", "Flight", "Parked", "dispatchable", "due", "order_of", "recheck_delay"]
 
 log = logging.getLogger("gitray.sync")
 
 _RAY_KINDS = frozenset(k.value for k in Kind)
+RECHECK_FIRST_S, RECHECK_CAP_S = 2.0, 15.0  # a parked wait is re-checked after 2, 4, 8, 15 s
 
 
 def order_of(w: WorkloadPlan) -> tuple[int, int]:
@@ -57,6 +65,31 @@ class Flight:
     trigger: str = "commit"  # of the pass that dispatched it
     step: str = ""  # "3/6 wait-cluster-ready svc-1a2b3" ("" before its first step)
     step_started: float = 0.0  # monotonic
+    checks: int = 0  # how often its wait was checked and parked again
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A run waiting parked at a wait step: no worker holds it."""
+
+    flight: Flight
+    waiting: Waiting
+    due: float  # monotonic: when it is re-checked next
+    deadline: float | None  # monotonic: when the wait's timeout runs out (None: no timeout)
+    released: bool = False  # its wait may have ended: the next pass resumes its run
+
+
+def recheck_delay(checks: int, left: float | None) -> float:
+    """How long after its ``checks``-th check a parked wait is checked again: doubling from
+    ``RECHECK_FIRST_S`` up to ``RECHECK_CAP_S``, never past its deadline (``left`` seconds
+    of its timeout). Pure."""
+    delay = min(RECHECK_FIRST_S * 2.0 ** min(max(checks, 0), 16), RECHECK_CAP_S)
+    return delay if left is None else max(0.0, min(delay, left))
+
+
+def due(parked: Mapping[ObjectKey, Parked], now: float) -> list[ObjectKey]:
+    """The parked workloads to re-check at ``now`` (monotonic), in order. Pure."""
+    return sorted(k for k, p in parked.items() if not p.released and now >= p.due)
 
 
 def dispatchable(plan: Plan, in_flight: Collection[ObjectKey],
@@ -97,36 +130,93 @@ class Fleet:
         self._lock = threading.Lock()
         self._flights: dict[ObjectKey, Flight] = {}
         self._futures: dict[ObjectKey, Future[None]] = {}
+        self._parked: dict[ObjectKey, Parked] = {}
         self._stopping = threading.Event()  # runs not started yet never start
 
     def in_flight(self) -> dict[ObjectKey, Flight]:
+        """The runs on a worker and those parked (but released ones: a pass resumes them)."""
         with self._lock:
-            return dict(self._flights)
+            return {**{k: p.flight for k, p in self._parked.items() if not p.released},
+                    **self._flights}
+
+    def parked(self) -> dict[ObjectKey, Parked]:
+        with self._lock:
+            return dict(self._parked)
+
+    def released(self) -> dict[ObjectKey, Flight]:
+        """The parked runs a pass is to resume (their flights: the commit each is for)."""
+        with self._lock:
+            return {k: p.flight for k, p in self._parked.items() if p.released}
+
+    def rechecked(self, release: Iterable[ObjectKey], later: Iterable[ObjectKey]) -> None:
+        """A re-check round's result: ``release`` for the next pass, ``later`` checked again
+        later (backoff)."""
+        now = self._monotonic()
+        with self._lock:
+            for key in release:
+                if key in self._parked:
+                    self._parked[key] = replace(self._parked[key], released=True)
+            for key in later:
+                p = self._parked.get(key)
+                if p is not None and not p.released:
+                    f = replace(p.flight, checks=p.flight.checks + 1)
+                    left = None if p.deadline is None else p.deadline - now
+                    self._parked[key] = replace(p, flight=f,
+                                                due=now + recheck_delay(f.checks, left))
+
+    def forget(self, keys: Iterable[ObjectKey]) -> None:
+        """Parked runs this replica no longer resumes (the Lease lost; a record gone)."""
+        with self._lock:
+            for key in keys:
+                self._parked.pop(key, None)
 
     def dispatch(self, wp: WorkloadPlan, sha: str, trigger: str, run: Run) -> bool:
-        """Start ``run`` for ``wp`` at ``sha`` on a worker (False: one is in flight)."""
+        """Start ``run`` for ``wp`` at ``sha`` on a worker (False: one is in flight). A
+        released parked run goes on with its own flight (its commit and trigger)."""
         with self._lock:
-            if wp.key in self._flights:
+            parked = self._parked.get(wp.key)
+            if wp.key in self._flights or (parked is not None and not parked.released):
                 return False
-            flight = Flight(sha, wp.desired_hash, wp.wave, self._monotonic(), trigger)
+            if parked is not None:
+                flight = self._parked.pop(wp.key).flight
+            else:
+                flight = Flight(sha, wp.desired_hash, wp.wave, self._monotonic(), trigger)
             self._flights[wp.key] = flight
             self._futures[wp.key] = self._pool.submit(self._run, wp.key, flight, run)
             return True
 
-    def stepped(self, key: ObjectKey, step: str) -> None:
-        """The run of ``key`` started a step (its reporter says so)."""
+    def stepped(self, key: ObjectKey, step: str) -> bool:
+        """The run of ``key`` started a step (its reporter says so); False when it is the
+        step it was at (a parked wait resumed: said already)."""
         with self._lock:
             flight = self._flights.get(key)
-            if flight is not None:
-                self._flights[key] = replace(flight, step=step, step_started=self._monotonic())
+            if flight is None or flight.step == step:
+                return flight is None
+            self._flights[key] = replace(flight, step=step, step_started=self._monotonic())
+            return True
 
     def detail(self) -> list[dict[str, object]]:
         """The runs in flight, for /readyz: workload, commit, step, seconds in the step."""
         now = self._monotonic()
+        parked = self.parked()
         return [{"workload": str(key), "revision": f.sha[:12], "step": f.step or "-",
                  "secondsInStep": round(now - (f.step_started or f.started), 1),
-                 "seconds": round(now - f.started, 1)}
+                 "seconds": round(now - f.started, 1),
+                 "state": "waiting" if key in parked else "running",
+                 **({"checks": f.checks, "nextCheckInSeconds": round(
+                     max(0.0, parked[key].due - now), 1)} if key in parked else {})}
                 for key, f in sorted(self.in_flight().items())]
+
+    def _park(self, key: ObjectKey, flight: Flight, waiting: Waiting) -> None:
+        now = self._monotonic()
+        deadline = None if waiting.left is None else now + waiting.left
+        with self._lock:
+            self._parked[key] = Parked(flight, waiting,
+                                       now + recheck_delay(flight.checks, waiting.left),
+                                       deadline)
+        log.log(logging.INFO if not flight.checks else logging.DEBUG,
+                "%s waits at %s (no worker held): %s", key, flight.step or "its step",
+                waiting.detail)
 
     def wait(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for the runs in flight to end; True when they did."""
@@ -160,8 +250,12 @@ class Fleet:
             log.exception("run of %s crashed", key)
         finally:
             with self._lock:
-                self._flights.pop(key, None)
+                flight = self._flights.pop(key, flight)
                 self._futures.pop(key, None)
+        if outcome is not None and outcome.outcome is Outcome.WAITING:
+            if outcome.waiting is not None and not self._stopping.is_set():
+                self._park(key, flight, outcome.waiting)
+            return  # (stopping: its record stays "running" for the next leader)
         try:
             self._on_end(key, flight, outcome)
         except Exception:

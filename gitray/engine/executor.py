@@ -60,6 +60,7 @@ from gitray.engine.incremental.upgradecontrol import (
     promotion_index,
     rollback_of,
 )
+from gitray.engine.parking import PARKABLE, Parked, parking
 from gitray.engine.progress import ProgressStore
 from gitray.engine.record import (
     Record,
@@ -73,7 +74,8 @@ from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
 from gitray.plans.steptypes import STEP_KINDS
 
-__all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "WorkloadOutcome"]
+__all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "Waiting",
+           "WorkloadOutcome"]
 
 RETRY_BUDGET_S = 120.0  # transient errors of one step are retried for this long (pauses)
 RETRY_FIRST_S, RETRY_CAP_S = 0.5, 10.0  # doubling, each pause jittered by ±50 %
@@ -84,6 +86,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     SUPERSEDED = "superseded"  # a newer commit wants another spec: stopped, not failed
+    WAITING = "waiting"  # parked at a wait step (``gitray.engine.parking``): resumed later
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,16 @@ class WorkloadOutcome:
     steps_done: int = 0
     steps_total: int = 0
     messages: tuple[str, ...] = field(default=(), compare=False)
+    waiting: Waiting | None = field(default=None, compare=False)  # for Outcome.WAITING
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Where a parked run waits: its step, and what is left of the step's timeout."""
+
+    step: Step
+    detail: str
+    left: float | None  # seconds (None: the step has no timeout, e.g. a pause until promoted)
 
 
 @dataclass
@@ -130,7 +143,7 @@ class Executor:
                  progress: ProgressStore | None = None, reporter: Reporter | None = None,
                  signals: SignalStore | None = None,
                  superseded: SupersedeCheck | None = None,
-                 sensitive: SensitiveValues | None = None) -> None:
+                 sensitive: SensitiveValues | None = None, park: bool = False) -> None:
         self.actions = actions
         self.fence = fence
         self.config = config
@@ -140,6 +153,7 @@ class Executor:
         self.superseded = superseded
         # plans hold digests of sensitive values; the revision applied holds the values
         self.sensitive = sensitive or SensitiveValues()
+        self.park = park  # waits park (gitray sync) instead of holding their worker
         self._lock = threading.Lock()
 
     # ---- plan level ---------------------------------------------------------------------
@@ -196,6 +210,7 @@ class Executor:
             self._emit(StepEvent(wp.key, index + 1, total, step, "start",
                                  budget.describe() if budget and budget.resumed else ""))
             run.record = record
+            began = self.actions.clock.monotonic()
             try:
                 message = self._attempt(wp, index, step, budget, run)
             except TerminalError as e:
@@ -213,6 +228,9 @@ class Executor:
                     self.progress.finish(record, RunState.FAILED, reason)
                 return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
                                        tuple(messages))
+            except Parked as e:
+                return WorkloadOutcome(wp.key, Outcome.WAITING, e.detail, index, total,
+                                       tuple(messages), self._waiting(step, e, budget, began))
             except Superseded as e:
                 reason = f"step {index + 1}/{total} {step.type.value} stopped: {e}"
                 self._emit(StepEvent(wp.key, index + 1, total, step, "superseded", str(e)))
@@ -230,6 +248,13 @@ class Executor:
         if record is not None and self.progress is not None:
             self.progress.finish(record, RunState.SUCCEEDED)
         return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", total, total, tuple(messages))
+
+    def _waiting(self, step: Step, parked: Parked, budget: Budget | None,
+                 began: float) -> Waiting:
+        """Where a run parks: its step, and what is left of its timeout."""
+        left = None if budget is None else \
+            budget.timeout - budget.spent - (self.actions.clock.monotonic() - began)
+        return Waiting(step, parked.detail, left)
 
     def _record(self, record: Record | None, step: Step, status: StepStatus, message: str,
                 started: str) -> Record | None:
@@ -291,9 +316,11 @@ class Executor:
         """Run one step: fence first if it mutates; retry transient errors with backoff. A
         step with a timeout is bounded from its first start (``budget``), across retries
         (a hold whose time ran out meanwhile has done its part)."""
+        parks = self.park and step.type in PARKABLE
         if budget is not None and budget.resumed and budget.left <= 0 \
-                and not STEP_KINDS[step.type].holds:
-            raise TerminalError(budget.expired(step))
+                and not STEP_KINDS[step.type].holds and not parks:
+            raise TerminalError(budget.expired(step))  # (a parked wait checks once: its own
+            #                                            timeout error then says what it saw)
         total = len(wp.steps)
         check = self._supersede_check(wp, index, step)
         try:
@@ -305,6 +332,8 @@ class Executor:
             self._emit(StepEvent(wp.key, index + 1, total, step, "progress", detail))
             if check is not None and (why := check(wp.key, wp.desired_hash)):
                 raise Superseded(why)
+            if parks:  # the wait would block now: it waits parked, holding no worker
+                raise Parked(detail)
 
         pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
         spent = 0.0
@@ -314,9 +343,10 @@ class Executor:
             if STEP_KINDS[step.type].mutates:
                 self.fence.ensure_held()
             try:
-                return self.actions.run(wp.key.namespace, acting, report,
-                                        spent=carried + clock.monotonic() - began,
-                                        steering=steering)
+                with parking(parks):
+                    return self.actions.run(wp.key.namespace, acting, report,
+                                            spent=carried + clock.monotonic() - began,
+                                            steering=steering)
             except LeaseLostError:
                 raise
             except TransientError as e:

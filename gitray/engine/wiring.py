@@ -25,6 +25,7 @@ from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter, SupersedeCheck
 from gitray.engine.incremental.signals import SignalStore
+from gitray.engine.parking import would_block
 from gitray.engine.progress import ProgressStore
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
@@ -73,6 +74,7 @@ class Wiring:
         self.clock = Clock(sleep=self._sleep)
 
     def _sleep(self, seconds: float) -> None:
+        would_block(f"waiting {seconds:.1f} s")  # a parked wait (gitray sync) sleeps not
         if self._interrupted.wait(seconds):
             raise Interrupted("shutting down")
 
@@ -93,10 +95,11 @@ class Wiring:
                              self.lease)
 
     def executor(self, config: Config, progress: ProgressStore, reporter: Reporter,
-                 sensitive: SensitiveValues, superseded: SupersedeCheck | None = None
-                 ) -> Executor:
-        """``sensitive``: the values the plan refers to by digest, from the revision applied."""
+                 sensitive: SensitiveValues, superseded: SupersedeCheck | None = None,
+                 park: bool = False) -> Executor:
+        """``sensitive``: the values the plan refers to by digest, from the revision applied;
+        ``park``: waits park instead of holding their worker (``gitray.engine.parking``)."""
         return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
                         config, progress, reporter,
                         SignalStore(self.kube, self.settings.lease_namespace), superseded,
-                        sensitive)
+                        sensitive, park)

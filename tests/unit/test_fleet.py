@@ -9,8 +9,18 @@ import pytest
 
 from gitray.core.errors import Interrupted, LeaseLostError
 from gitray.core.model import ObjectKey
-from gitray.daemon.fleet import Fleet, Flight, dispatchable, order_of
-from gitray.engine.executor import Outcome, WorkloadOutcome
+from gitray.daemon.fleet import (
+    RECHECK_CAP_S,
+    RECHECK_FIRST_S,
+    Fleet,
+    Flight,
+    Parked,
+    dispatchable,
+    due,
+    order_of,
+    recheck_delay,
+)
+from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
 
 STEP = (Step("s1", StepType.APPLY_OBJECT, "x"),)
@@ -168,4 +178,154 @@ def test_after_stop_a_queued_run_never_starts() -> None:
         assert ends.event.wait(30)
         assert started == [] and [(k, o) for k, _, o in ends.seen] == [(RC0, None)]
     finally:
+        fleet.shutdown()
+
+
+# ---- parked waits: which are due, when next -------------------------------------------------
+
+WAIT = Step("w", StepType.WAIT_JOB, "job-1")
+
+
+def parked_at(due_at: float, *, released: bool = False, deadline: float | None = None,
+              checks: int = 0) -> Parked:
+    flight = Flight("abc", "h1", 0, 0.0, checks=checks)
+    return Parked(flight, Waiting(WAIT, "run is Running", None), due_at, deadline, released)
+
+
+def test_the_recheck_delay_doubles_up_to_its_cap_and_never_passes_the_deadline() -> None:
+    assert [recheck_delay(n, None) for n in range(6)] == [2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+    assert recheck_delay(10_000, None) == RECHECK_CAP_S  # (no overflow)
+    assert recheck_delay(-1, None) == RECHECK_FIRST_S
+    assert recheck_delay(3, 5.0) == 5.0  # checked when its timeout runs out
+    assert recheck_delay(0, 0.5) == 0.5
+    assert recheck_delay(0, -3.0) == 0.0  # already out: at once
+
+
+@pytest.mark.parametrize("now", [0.0, 4.9, 5.0, 10.0, 99.0])
+def test_due_are_the_parked_waits_whose_time_has_come_and_not_released(now: float) -> None:
+    parked = {RJ0: parked_at(5.0), RC0: parked_at(10.0), RS1: parked_at(1.0, released=True),
+              CM0: parked_at(0.0)}
+    expected = sorted(k for k, at in ((RJ0, 5.0), (RC0, 10.0), (CM0, 0.0)) if now >= at)
+    assert due(parked, now) == expected
+    assert due({}, now) == []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def park(fleet: Fleet, k: ObjectKey, ends: Ends, left: float | None = 600.0) -> None:
+    done = threading.Event()
+    waiting = WorkloadOutcome(k, Outcome.WAITING, "run is Running", 1, 3,
+                              waiting=Waiting(WAIT, "run is Running", left))
+
+    def run() -> WorkloadOutcome:
+        done.set()
+        return waiting
+
+    assert fleet.dispatch(wp(k, 0, True), "abc", "commit", run)
+    assert done.wait(30)
+    for _ in range(3000):  # (its worker parks it right after the run returns)
+        if k in fleet.parked():
+            break
+        threading.Event().wait(0.01)
+
+
+def test_a_waiting_run_parks_holds_no_worker_and_stays_in_flight_unheard() -> None:
+    ends, clock = Ends(), Clock()
+    fleet = Fleet(1, ends, monotonic=clock)
+    try:
+        park(fleet, RJ0, ends)
+        assert fleet.wait(30)  # no worker holds it
+        assert set(fleet.in_flight()) == {RJ0} and ends.seen == []
+        p = fleet.parked()[RJ0]
+        assert (p.due, p.deadline, p.released) == (102.0, 700.0, False)
+        assert fleet.detail()[0]["state"] == "waiting"
+        # the one worker is free: another workload runs at once
+        other = WorkloadOutcome(RC0, Outcome.SUCCEEDED)
+        assert fleet.dispatch(wp(RC0, 0, True), "abc", "commit", lambda: other)
+        assert ends.event.wait(30) and [o for _, _, o in ends.seen] == [other]
+        # a pass never starts it again while it waits
+        assert not fleet.dispatch(wp(RJ0, 0, True), "def", "commit", lambda: other)
+    finally:
+        fleet.shutdown()
+
+
+def test_a_recheck_backs_off_or_releases_and_the_release_resumes_with_its_own_flight() -> None:
+    ends, clock = Ends(), Clock()
+    fleet = Fleet(1, ends, monotonic=clock)
+    try:
+        park(fleet, RJ0, ends)
+        clock.now = 103.0
+        fleet.rechecked([], [RJ0])  # not ended yet: later, and later
+        p = fleet.parked()[RJ0]
+        assert (p.flight.checks, p.due) == (1, 107.0)
+        fleet.rechecked([], [RJ0])
+        assert fleet.parked()[RJ0].due == 111.0
+        assert fleet.released() == {}
+        fleet.rechecked([RJ0], [])
+        assert set(fleet.released()) == {RJ0} and RJ0 not in fleet.in_flight()
+        fleet.rechecked([], [RJ0])  # (a released one stays released)
+        assert set(fleet.released()) == {RJ0}
+        done = WorkloadOutcome(RJ0, Outcome.SUCCEEDED)
+        # resumed by a pass of a newer commit: the run keeps its commit and trigger
+        assert fleet.dispatch(wp(RJ0, 0, True, h="other"), "newer", "run", lambda: done)
+        assert ends.event.wait(30)
+        (k, flight, outcome), = ends.seen
+        assert (k, flight.sha, flight.trigger, flight.checks, outcome) == \
+            (RJ0, "abc", "commit", 2, done)
+        assert fleet.parked() == {} and fleet.in_flight() == {}
+    finally:
+        fleet.shutdown()
+
+
+def test_forgotten_parked_runs_leave_the_fleet() -> None:
+    ends = Ends()
+    fleet = Fleet(1, ends, monotonic=Clock())
+    try:
+        park(fleet, RJ0, ends)
+        fleet.forget([RJ0, RC0])
+        assert fleet.parked() == {} and fleet.in_flight() == {} and ends.seen == []
+    finally:
+        fleet.shutdown()
+
+
+def test_a_run_that_parks_while_stopping_is_left_for_the_next_leader() -> None:
+    ends = Ends()
+    fleet = Fleet(1, ends, monotonic=Clock())
+    try:
+        gate = threading.Event()
+        waiting = WorkloadOutcome(RJ0, Outcome.WAITING, "x",
+                                  waiting=Waiting(WAIT, "x", None))
+
+        def run() -> WorkloadOutcome:
+            assert gate.wait(30)
+            return waiting
+
+        assert fleet.dispatch(wp(RJ0, 0, True), "abc", "commit", run)
+        fleet.stop()
+        gate.set()
+        assert fleet.wait(30)
+        assert fleet.parked() == {} and fleet.in_flight() == {} and ends.seen == []
+    finally:
+        fleet.shutdown()
+
+
+def test_a_parked_wait_resumed_at_the_same_step_is_not_announced_again() -> None:
+    ends = Ends()
+    fleet = Fleet(1, ends, monotonic=Clock())
+    gate = threading.Event()
+    try:
+        assert fleet.dispatch(wp(RJ0, 0, True), "abc", "commit",
+                              lambda: (gate.wait(30), WorkloadOutcome(RJ0, Outcome.SUCCEEDED))[1])
+        assert fleet.stepped(RJ0, "2/3 wait-job job-1")
+        assert not fleet.stepped(RJ0, "2/3 wait-job job-1")
+        assert fleet.stepped(RJ0, "3/3 delete-job job-1")
+        assert fleet.stepped(RC0, "1/1 x")  # (not in flight: nothing to compare with)
+    finally:
+        gate.set()
         fleet.shutdown()

@@ -1,0 +1,109 @@
+"""Starting the runs a pass of ``gitray sync`` chose, each on a worker. I/O (through the fleet).
+
+A pass (``gitray.daemon.daemon``) plans a commit; here the workloads whose turn has come
+(``gitray.daemon.fleet.dispatchable``) get their runs: new ones for the pass's commit, and the
+parked runs released by a re-check (``gitray.daemon.rechecks``), resumed at their wait step for
+the commit they were started for (their statuses go to that commit). Waits park
+(``gitray.engine.parking``): no run holds a worker while it waits.
+
+A resumed run of an older commit is superseded, as SPEC §3 says for a RayService's wait before
+traffic moved, when the pass's own commit wants another spec for it (``newer_than_run``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gitray.core.model import Kind, ObjectKey
+from gitray.daemon.fleet import Fleet, Flight, dispatchable
+from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
+from gitray.engine.apply import Desired
+from gitray.engine.executor import Executor, SupersedeCheck, WorkloadOutcome
+from gitray.engine.record import Record, RunState
+from gitray.plans.plan import Plan, WorkloadPlan
+
+__all__ = ["Dispatcher", "newer_than_run"]
+
+log = logging.getLogger("gitray.sync")
+
+PostStatus = Callable[[str, ObjectKey | None, str, str], None]
+# (commit whose statuses the run posts, desired state, supersede check) -> an executor
+ExecutorFor = Callable[[str, Desired, SupersedeCheck], Executor]
+
+
+def newer_than_run(plan: Plan, fallback: SupersedeCheck) -> SupersedeCheck:
+    """``fallback``, and first: does ``plan``'s commit want another spec than the run's?
+    (A run parked at an older commit, resumed by this pass.) Pure but for ``fallback``."""
+    wanted = {w.key: w.desired_hash for w in plan.workloads if w.desired_hash}
+
+    def check(key: ObjectKey, planned_for: str) -> str | None:
+        hash_ = wanted.get(key)
+        if hash_ and planned_for and hash_ != planned_for:
+            return (f"Git moved on to {plan.revision[:7]}, which wants another spec for "
+                    f"{key.kind} {key.namespace}/{key.name}")
+        return fallback(key, planned_for)
+    return check
+
+
+class Dispatcher:
+    def __init__(self, fleet: Fleet, verdicts: Verdicts, post_status: PostStatus,
+                 executor_for: ExecutorFor) -> None:
+        self.fleet = fleet
+        self.verdicts = verdicts
+        self.post_status = post_status
+        self.executor_for = executor_for
+
+    def __call__(self, sha: str, trigger: str, desired: Desired, plan: Plan,
+                 resume: dict[ObjectKey, Record], in_flight: dict[ObjectKey, Flight],
+                 failed: list[ObjectKey], superseded: SupersedeCheck) -> list[WorkloadPlan]:
+        """Start the runs whose turn has come (``dispatchable``), each on a worker."""
+        released = self.fleet.released()
+        ready = dispatchable(plan, in_flight, failed, resume)
+        waiting = [w for w in plan.workloads
+                   if (w.steps or w.key in resume) and w.key not in in_flight and w not in ready]
+        fresh = [w for w in ready if w.key not in released]
+        if fresh:
+            log.info("sync %s (%s): %s", sha[:7], trigger, ", ".join(
+                f"{w.key} {len(resume[w.key].plan.steps) if w.key in resume else len(w.steps)}"
+                " steps" for w in fresh))
+        if trigger in VERDICT_TRIGGERS and (fresh or trigger == "commit") and not failed:
+            changing = sum(1 for w in plan.workloads if w.steps or w.key in resume
+                           or (w.key in in_flight and in_flight[w.key].sha == sha))
+            self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
+        if not ready:
+            return []
+        check = newer_than_run(plan, superseded)
+        executors: dict[str, Executor] = {}
+
+        def run(wp: WorkloadPlan, at: str) -> Callable[[], WorkloadOutcome]:
+            if at not in executors:
+                executors[at] = self.executor_for(at, desired, check)
+            executor = executors[at]
+            return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
+
+        for wp in ready:
+            at = released[wp.key].sha if wp.key in released else sha
+            self.fleet.dispatch(wp, sha, trigger, run(wp, at))
+        if trigger in VERDICT_TRIGGERS and fresh:
+            self.verdicts.dispatched(sha, [w.key for w in fresh], left=bool(waiting))
+        return ready
+
+    def resume_released(self, plan: Plan, records: list[Record],
+                        resume: dict[ObjectKey, Record]) -> None:
+        """Parked runs this pass resumes at their wait step, whatever their commit: those a
+        re-check released, and a RayService's wait the pass's commit wants another spec for
+        (its run is superseded then). A parked run with no record left is forgotten."""
+        wanted = {w.key: w.desired_hash for w in plan.workloads}
+        self.fleet.rechecked([k for k, p in self.fleet.parked().items()
+                              if k.kind == Kind.RAY_SERVICE.value
+                              and wanted.get(k, p.flight.desired_hash) != p.flight.desired_hash],
+                             [])
+        running = {r.key: r for r in records if r.state is RunState.RUNNING}
+        released = self.fleet.released()
+        gone = [k for k in released if k not in running or k not in wanted]
+        if gone:
+            log.warning("parked runs not resumed (their records or workloads are gone): %s",
+                        ", ".join(str(k) for k in gone))
+            self.fleet.forget(gone)
+        resume.update({k: running[k] for k in released if k not in gone})
