@@ -404,7 +404,7 @@ class Daemon:
             if not self._stopping.is_set():  # this replica once it leads again)
                 self._backoff()
             return
-        self.verdicts.run_ended(key, flight, outcome, self.fleet.in_flight().values(),
+        self.verdicts.run_ended(key, flight, outcome, self.fleet.flights(),
                                 self.state.current.attempted)
         self.state.update(next_deletion=0.0)  # steps may have scheduled or done deletions
         self._ended.set()

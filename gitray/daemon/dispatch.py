@@ -53,13 +53,16 @@ class Dispatcher:
         self.verdicts = verdicts
         self.post_status = post_status
         self.executor_for = executor_for
+        self._resuming: set[ObjectKey] = set()  # the released runs this pass resumes
 
     def __call__(self, sha: str, trigger: str, desired: Desired, plan: Plan,
                  resume: dict[ObjectKey, Record], in_flight: dict[ObjectKey, Flight],
                  failed: list[ObjectKey], superseded: SupersedeCheck) -> list[WorkloadPlan]:
         """Start the runs whose turn has come (``dispatchable``), each on a worker."""
         released = self.fleet.released()
-        ready = dispatchable(plan, in_flight, failed, resume)
+        # (one released after this pass read the records is left for the next pass)
+        ready = [w for w in dispatchable(plan, in_flight, failed, resume)
+                 if w.key not in released or w.key in self._resuming]
         waiting = [w for w in plan.workloads
                    if (w.steps or w.key in resume) and w.key not in in_flight and w not in ready]
         fresh = [w for w in ready if w.key not in released]
@@ -106,4 +109,5 @@ class Dispatcher:
             log.warning("parked runs not resumed (their records or workloads are gone): %s",
                         ", ".join(str(k) for k in gone))
             self.fleet.forget(gone)
-        resume.update({k: running[k] for k in released if k not in gone})
+        self._resuming = {k for k in released if k not in gone}
+        resume.update({k: running[k] for k in self._resuming})

@@ -139,6 +139,11 @@ class Fleet:
             return {**{k: p.flight for k, p in self._parked.items() if not p.released},
                     **self._flights}
 
+    def flights(self) -> list[Flight]:
+        """Every run not ended: on a worker, parked, or released for the next pass."""
+        with self._lock:
+            return [*self._flights.values(), *(p.flight for p in self._parked.values())]
+
     def parked(self) -> dict[ObjectKey, Parked]:
         with self._lock:
             return dict(self._parked)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.integration.chaos import start_replica
 from tests.integration.gitops import NEW_IMAGE, GitOpsRepo
 from tests.integration.harness import ray_clusters
 from tests.integration.test_daemon import notes, push, rs, start_sync
@@ -102,6 +103,67 @@ def test_an_old_cluster_is_deleted_on_time_while_another_workload_waits(
         flying = json.loads(sync.get("/readyz")[1])["inFlight"]
         assert [f["workload"] for f in flying] == [f"{other}/RayJob/train"], flying
         assert flying[0]["step"].startswith("2/2 wait-job"), flying
+    finally:
+        sync.terminate()
+        drop_namespace(testenv, other)
+
+
+def test_more_long_waits_than_workers_hold_no_worker(
+        testenv: TestEnv, namespace: str, remote: tuple[Any, GitOpsRepo],
+        tmp_path: Any) -> None:
+    """Two RayJob runs that never end (suspended) with one worker: each waits parked, so a
+    later commit's RayCluster is still created at once; the persisted rayJob.timeout then
+    fails both runs, their commit's status going from pending to failure."""
+    bare, work = remote
+    other = make_namespace(testenv)
+    sync = start_replica(testenv.kubeconfig, namespace, bare, tmp_path, "one-worker",
+                         extra=("--workers", "1"))
+    try:
+        config = gitray_config(allowed=[namespace, other], status={"provider": "git-notes"},
+                               rayJob={"timeout": "150s"})
+        jobs = {}
+        for name in ("train-a", "train-b"):
+            job = rayjob(namespace, 1)
+            job["metadata"]["name"] = name
+            job["spec"]["suspend"] = True  # KubeRay starts nothing: its run never ends
+            jobs[f"{name}.yaml"] = dump(job)
+        first = push(work, "two jobs that never end", {"gitray.yaml": config, **jobs})
+
+        def parked() -> list[dict[str, Any]] | None:
+            flying = json.loads(sync.get("/readyz")[1])["inFlight"]
+            waiting = [f for f in flying if f.get("state") == "waiting"]
+            return waiting if len(waiting) == 2 else None
+
+        waiting = wait_for(parked, timeout=90, what="both job runs waiting parked")
+        assert sorted(f["workload"] for f in waiting) == [
+            f"{namespace}/RayJob/train-a", f"{namespace}/RayJob/train-b"], waiting
+        assert all(f["step"].startswith("2/2 wait-job") for f in waiting), waiting
+        assert notes(bare, first)["gitray"]["state"] == "pending"
+
+        cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                   "metadata": {"name": "team-b", "namespace": other},
+                   "spec": cluster_spec(IMAGE, suspend=True)}
+        second = push(work, "another team's cluster", {"cluster.yaml": dump(cluster)})
+        wait_for(lambda: testenv.custom.list_namespaced_custom_object(
+            "ray.io", "v1", other, "rayclusters")["items"] or None, timeout=60,
+            what="the RayCluster of the later commit created while both jobs wait")
+        assert parked() is not None  # (they still wait: their timeout is 150 s)
+        assert notes(bare, first)["gitray"]["state"] == "pending"
+
+        # the timeout, persisted with each wait's start, fails both runs while parked
+        for name in ("train-a", "train-b"):
+            context = f"gitray/{namespace}/RayJob/{name}"
+
+            def failed(c: str = context) -> bool | None:
+                return notes(bare, first).get(c, {}).get("state") == "failure" or None
+
+            wait_for(failed, timeout=240, what=f"{name}'s run failed at its timeout")
+            assert "not finished after 150 s" in notes(bare, first)[context]["description"]
+        assert notes(bare, first)["gitray"]["state"] == "failure"
+        wait_for(lambda: json.loads(sync.get("/readyz")[1])["inFlight"] == [] or None,
+                 timeout=60, what="nothing in flight")
+        assert second
+        assert "Traceback" not in sync.logs()
     finally:
         sync.terminate()
         drop_namespace(testenv, other)
