@@ -12,7 +12,8 @@ wait here is a cluster whose pods can never be scheduled):
    watched for at most ``--cap`` seconds.
 2. **Many waits at once.** Commit 1 adds ``--waiting`` such RayServices at once: how many
    clusters gitray has created (waits in flight) after 60 s, and its client's requests in that
-   minute.
+   minute. With ``--settle`` the minute starts once all of them exist (every one waiting; the
+   time to that is reported too), so it measures the load of N waits alone.
 
 ``--compare PATH`` runs the same scenarios with the gitray of another checkout (e.g. a
 worktree of the commit before the fleet controller) for a side-by-side table.
@@ -125,7 +126,7 @@ def held(env: Env, src: Path, teams: int, cap: float) -> dict[str, Any]:
             "requests_per_min_one_waiting": round(per_min, 1)}
 
 
-def many(env: Env, src: Path, waiting: int) -> dict[str, Any]:
+def many(env: Env, src: Path, waiting: int, settle: float = 0.0) -> dict[str, Any]:
     reset(env)
     work = OUT / "fleet-wait" / src.name / "many"
     remote = Remote.create(work / "git")
@@ -138,6 +139,13 @@ def many(env: Env, src: Path, waiting: int) -> dict[str, Any]:
         t0 = time.monotonic()
         while clusters(env, WAITING_NS) < 1 and time.monotonic() - t0 < 300:
             time.sleep(0.5)
+        all_waiting: float | None = None
+        while settle and time.monotonic() - t0 < settle:
+            if clusters(env, WAITING_NS) >= waiting:
+                all_waiting = time.monotonic() - t0
+                time.sleep(5)  # (the last runs reach their waits)
+                break
+            time.sleep(1.0)
         before = requests(sync.counts)
         time.sleep(WINDOW_S)
         time.sleep(0.6)
@@ -145,10 +153,12 @@ def many(env: Env, src: Path, waiting: int) -> dict[str, Any]:
         in_flight = clusters(env, WAITING_NS)
     finally:
         sync.stop()
-    say(f"  many: {in_flight} of {waiting} RayServices waiting after {WINDOW_S:.0f} s; "
-        f"{per_min:.0f} requests/min")
+    say(f"  many: {in_flight} of {waiting} RayServices waiting after {WINDOW_S:.0f} s"
+        + (f" (all waiting {all_waiting:.0f} s after the first cluster)"
+           if all_waiting is not None else "") + f"; {per_min:.0f} requests/min")
     return {"waiting": waiting, "in_flight_after_window": in_flight,
-            "requests_per_min": round(per_min, 1)}
+            "requests_per_min": round(per_min, 1), "settle_s": settle,
+            "all_waiting_s": None if all_waiting is None else round(all_waiting, 1)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -156,7 +166,8 @@ def table(rows: list[dict[str, Any]]) -> str:
            "waits | requests/min, one waiting | RayServices waiting after 60 s (of N) "
            "| requests/min, N waiting |", "|---|---|---|---|---|"]
     for r in rows:
-        h, m = r["held"], r["many"]
+        h, m = r["held"] or {"teams": 0, "cap_s": 0, "landed_s": "-",
+                             "requests_per_min_one_waiting": "-"}, r["many"]
         landed = (f"all {h['teams']} in {h['landed_s']} s" if h["landed_s"] is not None
                   else f"{h['created_within_cap']} of {h['teams']} within {h['cap_s']:.0f} s")
         out.append(f"| {r['source']} | {landed} | {h['requests_per_min_one_waiting']} "
@@ -175,14 +186,20 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, default=50)
     parser.add_argument("--cap", type=float, default=240.0)
     parser.add_argument("--keep-env", action="store_true")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="many: start the minute once all N clusters exist (at most "
+                             "this many seconds)")
+    parser.add_argument("--skip-held", action="store_true")
     args = parser.parse_args()
     env = env_up(args.state_dir)
     rows = []
     try:
         for src in (REPO, *args.compare):
             say(f"gitray from {src}")
-            rows.append({"source": str(src), "held": held(env, src, args.teams, args.cap),
-                         "many": many(env, src, args.waiting)})
+            rows.append({"source": str(src),
+                         "held": None if args.skip_held else held(env, src, args.teams,
+                                                                  args.cap),
+                         "many": many(env, src, args.waiting, args.settle)})
             out = OUT / "fleet_wait.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(rows, indent=2))

@@ -26,7 +26,7 @@ from gitray.plans.plan import StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.steptypes import CLUSTER, JOB
 
-__all__ = ["WATCHED", "Rechecks", "reads", "settled", "to_release"]
+__all__ = ["WATCHED", "Rechecks", "reads", "round_keys", "settled", "to_release"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -53,6 +53,19 @@ def reads(parked: Mapping[ObjectKey, Parked], keys: Collection[ObjectKey]) -> li
     """The LISTs a round of ``keys`` needs: one per kind and namespace. Pure."""
     return sorted({(*WATCHED[p.waiting.step.type], k.namespace) for k in keys
                    if (p := parked[k]).waiting.step.type in WATCHED})
+
+
+def round_keys(parked: Mapping[ObjectKey, Parked], now: float
+               ) -> tuple[list[ObjectKey], list[Read]]:
+    """The waits a round at ``now`` looks at, and its LISTs: the due ones, and every other
+    parked wait on what those LISTs read anyway (so waits on one kind in one namespace come to
+    be checked together: one LIST per round for all of them). Pure."""
+    keys = set(due(parked, now))
+    lists = reads(parked, keys)
+    keys |= {k for k, p in parked.items() if not p.released
+             and p.waiting.step.type in WATCHED
+             and (*WATCHED[p.waiting.step.type], k.namespace) in lists}
+    return sorted(keys), lists
 
 
 def to_release(parked: Mapping[ObjectKey, Parked], keys: Collection[ObjectKey],
@@ -94,11 +107,11 @@ class Rechecks:
         """One round; returns the workloads released."""
         parked = self.fleet.parked()
         now = self.monotonic()
-        keys = due(parked, now)
+        keys, lists = round_keys(parked, now)
         if not keys:
             return []
         listed: dict[Read, dict[str, Mapping[str, Any]]] = {}
-        for api, kind, ns in reads(parked, keys):
+        for api, kind, ns in lists:
             try:
                 items, _ = self.kube.list(api, kind, namespace=ns)
             except GitrayError as e:  # its waits are checked again later

@@ -11,7 +11,7 @@ import pytest
 from gitray.core.model import ObjectKey
 from gitray.daemon.dispatch import newer_than_run
 from gitray.daemon.fleet import Flight, Parked
-from gitray.daemon.rechecks import WATCHED, reads, settled, to_release
+from gitray.daemon.rechecks import WATCHED, reads, round_keys, settled, to_release
 from gitray.engine.executor import Waiting
 from gitray.engine.parking import PARKABLE, parking, would_block
 from gitray.engine.parking import Parked as ParkedWait
@@ -150,3 +150,16 @@ def test_parking_is_per_thread() -> None:
         t.start()
         t.join(30)
     assert seen == [None]
+
+
+def test_a_round_checks_every_wait_its_lists_read_so_they_come_due_together() -> None:
+    later = {A1: parked(StepType.WAIT_JOB, "j1-run", due=5.0),
+             A2: parked(StepType.WAIT_JOB, "j2-run", due=50.0),
+             B1: parked(StepType.WAIT_JOB, "j1-run", due=50.0),
+             C1: parked(StepType.WAIT_CLUSTER_READY, "rc", due=50.0),
+             S1: parked(StepType.WAIT_SERVE_RUNNING, "svc-1", due=50.0)}
+    assert round_keys(later, 1.0) == ([], [])
+    # A1 is due: its LIST (RayJobs in a) reads A2's job too; nothing else rides along
+    assert round_keys(later, 5.0) == ([A1, A2], [(*JOB_API, "a")])
+    keys, lists = round_keys(later, 50.0)
+    assert keys == sorted(later) and len(lists) == 3
