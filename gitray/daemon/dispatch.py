@@ -82,6 +82,7 @@ class Dispatcher:
         def run(wp: WorkloadPlan, at: str) -> Callable[[], WorkloadOutcome]:
             if at not in executors:
                 executors[at] = self.executor_for(at, desired, check)
+                executors[at].unparked = frozenset(self._resuming)
             executor = executors[at]
             return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
 

@@ -154,6 +154,9 @@ class Executor:
         # plans hold digests of sensitive values; the revision applied holds the values
         self.sensitive = sensitive or SensitiveValues()
         self.park = park  # waits park (gitray sync) instead of holding their worker
+        # runs resumed from their own parked wait (not interrupted): timed out, the wait's own
+        # check says what it saw
+        self.unparked: frozenset[ObjectKey] = frozenset()
         self._lock = threading.Lock()
 
     # ---- plan level ---------------------------------------------------------------------
@@ -318,9 +321,8 @@ class Executor:
         (a hold whose time ran out meanwhile has done its part)."""
         parks = self.park and step.type in PARKABLE
         if budget is not None and budget.resumed and budget.left <= 0 \
-                and not STEP_KINDS[step.type].holds and not parks:
-            raise TerminalError(budget.expired(step))  # (a parked wait checks once: its own
-            #                                            timeout error then says what it saw)
+                and not STEP_KINDS[step.type].holds and not (parks and wp.key in self.unparked):
+            raise TerminalError(budget.expired(step))
         total = len(wp.steps)
         check = self._supersede_check(wp, index, step)
         try:
