@@ -104,7 +104,8 @@ class Daemon:
                                  self._health)
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor)
-        self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released)
+        self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released,
+                                 lambda: self.lease.is_leader and not self._stopping.is_set())
         self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
                            self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
@@ -134,7 +135,7 @@ class Daemon:
         self.scheduler.add_job(self._deletion_job, "interval",
                                seconds=self.settings.deletion_interval_s, id="deletions",
                                max_instances=1, coalesce=True)
-        self.scheduler.add_job(self._recheck_job, "interval", seconds=1.0, id="rechecks",
+        self.scheduler.add_job(self.rechecks.job, "interval", seconds=1.0, id="rechecks",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.health_job, "interval", seconds=self.settings.interval_s,
                                id="health", max_instances=1, coalesce=True)
@@ -247,7 +248,9 @@ class Daemon:
         drift = bool(self.settings.drift_every) and \
             state.polls % self.settings.drift_every == 0
         retry = bool(state.retry_at) and time.monotonic() >= state.retry_at
-        if fetched.sha == state.refused:
+        if fetched.sha == state.refused:  # (a refused commit stops no parked run: it goes on
+            if ended and (released := self.fleet.released()):  # for its own commit)
+                self.sync(fetched.cache, next(iter(released.values())).sha, "deletions")
             return
         if fetched.sha != state.attempted:
             synced = state.synced
@@ -262,14 +265,6 @@ class Daemon:
             self.sync(fetched.cache, fetched.sha, "run")
         elif drift and fetched.sha == state.synced:
             self.sync(fetched.cache, fetched.sha, "drift")
-
-    def _recheck_job(self) -> None:
-        if self._stopping.is_set():
-            return
-        if not self.lease.is_leader:  # the next leader resumes them from their records
-            self.fleet.forget(self.fleet.parked())
-            return
-        self.rechecks.round()
 
     def _resume_released(self) -> None:
         self._ended.set()

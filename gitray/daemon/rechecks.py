@@ -97,11 +97,21 @@ class Rechecks:
     """The daemon's re-check job: due parked waits, a LIST per kind and namespace, release."""
 
     def __init__(self, kube: Any, fleet: Fleet, on_release: Callable[[], None],
+                 leading: Callable[[], bool] = lambda: True,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.fleet = fleet
         self.on_release = on_release
+        self.leading = leading
         self.monotonic = monotonic
+
+    def job(self) -> None:
+        """The daemon's job (every second): a round while this replica leads; otherwise its
+        parked runs are the next leader's, resumed from their records."""
+        if not self.leading():
+            self.fleet.forget(self.fleet.parked())
+            return
+        self.round()
 
     def round(self) -> list[ObjectKey]:
         """One round; returns the workloads released."""
