@@ -22,6 +22,7 @@ from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
 from gitray.daemon.fleet import Fleet, Parked, due
 from gitray.engine.actions import cluster_ready
+from gitray.engine.parking import remember
 from gitray.plans.plan import StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.steptypes import CLUSTER, JOB
@@ -129,6 +130,12 @@ class Rechecks:
                 continue
             listed[(api, kind, ns)] = {str((o.get("metadata") or {}).get("name")): o
                                        for o in items}
+        for key in keys:  # a RayJob deleted once it ends is followed from what was seen
+            step = parked[key].waiting.step
+            if step.type is StepType.WAIT_JOB:
+                seen = listed.get((*JOB, key.namespace), {}).get(step.target)
+                if seen is not None:
+                    remember("RayJob", key.namespace, step.target, seen)
         release, later = to_release(parked, keys, listed, now)
         self.fleet.rechecked(release, later)
         if release:

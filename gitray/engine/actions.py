@@ -30,6 +30,7 @@ from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
 from gitray.engine.incremental.probes import HttpProbe
 from gitray.engine.incremental.traffic import TRAFFIC_STEPS, Steering, Traffic
+from gitray.engine.parking import recall, remember
 from gitray.engine.servesteps import Report, ServeSteps
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
@@ -279,6 +280,8 @@ class Actions:
         def attempt() -> str | None:
             job = self.kube.get_or_none(API_VERSION_RAY, "RayJob", ns, step.target)
             gone = job is None
+            if job is None and not seen:  # resumed after parking: what it saw then
+                seen.update(recall("RayJob", ns, step.target))
             if job is None:  # KubeRay deletes a finished run with a DeleteSelf rule
                 if deployment() not in TERMINAL_DEPLOYMENT_STATUSES:
                     self._last_state(ns, step.target, seen)
@@ -303,14 +306,20 @@ class Actions:
             return str((seen.get("status") or {}).get("jobDeploymentStatus") or "")
 
         def wait(left: float) -> None:
+            remember("RayJob", ns, step.target, seen)  # (the wait may park now)
             report(f"run is {deployment() or 'starting'}, {deadline.elapsed():.0f} s")
             rv = str((seen.get("metadata") or {}).get("resourceVersion", ""))
             self._await_change(API_VERSION_RAY, "RayJob", ns, step.target, rv, left)
 
-        return poll(attempt, deadline, wait=wait,
-                    timeout=lambda: TerminalError(f"run {step.target} not finished after "
-                                                  f"{deadline.seconds:.0f} s (status "
-                                                  f"{deployment() or 'none'})"))
+        try:
+            finished = poll(attempt, deadline, wait=wait, timeout=lambda: TerminalError(
+                f"run {step.target} not finished after {deadline.seconds:.0f} s (status "
+                f"{deployment() or 'none'})"))
+        except TerminalError:
+            remember("RayJob", ns, step.target, None)
+            raise
+        remember("RayJob", ns, step.target, None)
+        return finished
 
     def _last_state(self, ns: str, name: str, seen: dict[str, Any]) -> None:
         """Update ``seen`` to the last state of a RayJob deleted since it was read: its watch

@@ -11,17 +11,23 @@ step's start persisted (``gitray.engine.deadlines``), and the daemon re-checks i
 an interrupted run. ``gitray apply`` never parks: it waits in the foreground.
 
 A ``run-analysis`` is not parked: a resumed analysis measures a whole window afresh.
+
+What a parked wait last saw of its object is kept in memory (``remember``/``recall``; the
+re-check rounds refresh it from their LISTs): a RayJob that KubeRay deletes as soon as its run
+ends (a ``DeleteSelf`` rule) is then followed from there to its deletion, which carries its
+final status, as a wait that never parked follows it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from gitray.plans.plan import StepType
 
-__all__ = ["PARKABLE", "Parked", "parking", "would_block"]
+__all__ = ["PARKABLE", "Parked", "parking", "recall", "remember", "would_block"]
 
 # the steps whose waiting may be parked (they only observe, and their deadline is persisted)
 PARKABLE = frozenset({StepType.WAIT_JOB, StepType.WAIT_CLUSTER_READY,
@@ -57,3 +63,22 @@ def would_block(detail: str) -> None:
     """A wait is about to block (a sleep, a progress line of a wait): parks when parking."""
     if is_parking():
         raise Parked(detail)
+
+
+_seen: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name) -> object
+_seen_lock = threading.Lock()
+
+
+def remember(kind: str, namespace: str, name: str, obj: Mapping[str, Any] | None) -> None:
+    """What a parked wait last saw of its object (None: nothing to keep any more)."""
+    with _seen_lock:
+        if obj is None:
+            _seen.pop((kind, namespace, name), None)
+        else:
+            _seen[(kind, namespace, name)] = dict(obj)
+
+
+def recall(kind: str, namespace: str, name: str) -> dict[str, Any]:
+    """What a parked wait last saw of its object ({} when nothing)."""
+    with _seen_lock:
+        return dict(_seen.get((kind, namespace, name)) or {})

@@ -13,7 +13,7 @@ from gitray.daemon.dispatch import newer_than_run
 from gitray.daemon.fleet import Flight, Parked
 from gitray.daemon.rechecks import WATCHED, reads, round_keys, settled, to_release
 from gitray.engine.executor import Waiting
-from gitray.engine.parking import PARKABLE, parking, would_block
+from gitray.engine.parking import PARKABLE, parking, recall, remember, would_block
 from gitray.engine.parking import Parked as ParkedWait
 from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
 from gitray.plans.steptypes import STEP_KINDS
@@ -163,3 +163,14 @@ def test_a_round_checks_every_wait_its_lists_read_so_they_come_due_together() ->
     assert round_keys(later, 5.0) == ([A1, A2], [(*JOB_API, "a")])
     keys, lists = round_keys(later, 50.0)
     assert keys == sorted(later) and len(lists) == 3
+
+
+def test_what_a_parked_wait_saw_is_kept_until_it_is_let_go() -> None:
+    assert recall("RayJob", "ns-x", "gone-run") == {}
+    seen = {"metadata": {"name": "gone-run", "resourceVersion": "41"}}
+    remember("RayJob", "ns-x", "gone-run", seen)
+    kept = recall("RayJob", "ns-x", "gone-run")
+    assert kept == seen and kept is not seen  # (a copy: the wait's own dict changes)
+    assert recall("RayCluster", "ns-x", "gone-run") == {}
+    remember("RayJob", "ns-x", "gone-run", None)
+    assert recall("RayJob", "ns-x", "gone-run") == {}
