@@ -183,8 +183,10 @@ class Daemon:
         self.scheduler.shutdown(wait=False)
         with self._lock:  # a pass planning now ends
             pass
-        # the runs stop at their next progress point, their records "running" for the next
-        # leader (bounded: run records are durable)
+        # the parked runs are left as they are, the runs on workers stop at their next
+        # progress point: their records "running" for the next leader ("sync of ...
+        # interrupted" for each; bounded: run records are durable)
+        self.fleet.hand_over()
         if not self.fleet.wait(STOP_GRACE_S / 2):
             log.warning("runs still stopping: %s", ", ".join(
                 str(k) for k in self.fleet.in_flight()))

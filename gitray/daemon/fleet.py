@@ -21,8 +21,10 @@ a new leader resumes an interrupted one, with the commit it was started for.
 
 When a run ends, the daemon hears it (``on_end``): statuses, metrics, and a poll that plans the
 next wave or gives the commit its verdict. On shutdown the runs stop at their next progress
-point (``Interrupted``), their records left "running" for the next leader; a run whose Lease is
-lost stops at its next progress point or fence (``LeaseLostError``) and is forgotten.
+point (``Interrupted``), their records left "running" for the next leader, and the parked ones
+are handed over as they are (``hand_over``); each is logged as "sync of ... interrupted". A run
+whose Lease is lost stops at its next progress point or fence (``LeaseLostError``) and is
+forgotten; parked runs are forgotten by the re-check job (``gitray.daemon.rechecks``).
 """
 
 from __future__ import annotations
@@ -169,6 +171,16 @@ class Fleet:
                     self._parked[key] = replace(p, flight=f,
                                                 due=now + recheck_delay(f.checks, left))
 
+    def hand_over(self) -> list[ObjectKey]:
+        """Shutting down: the parked runs (waiting, or released for a pass that will not come)
+        are left to the next leader, their records "running" at their wait step. Each is said
+        as a run stopped on its worker is ("sync of ... interrupted"), and forgotten."""
+        with self._lock:
+            parked, self._parked = self._parked, {}
+        for key, p in sorted(parked.items()):
+            _interrupted(p.flight, key)
+        return sorted(parked)
+
     def forget(self, keys: Iterable[ObjectKey]) -> None:
         """Parked runs this replica no longer resumes (the Lease lost; a record gone)."""
         with self._lock:
@@ -212,16 +224,20 @@ class Fleet:
                      max(0.0, parked[key].due - now), 1)} if key in parked else {})}
                 for key, f in sorted(self.in_flight().items())]
 
-    def _park(self, key: ObjectKey, flight: Flight, waiting: Waiting) -> None:
+    def _park(self, key: ObjectKey, flight: Flight, waiting: Waiting) -> bool:
+        """Park the run of ``key``; False when shutting down (not parked: handed over)."""
         now = self._monotonic()
         deadline = None if waiting.left is None else now + waiting.left
-        with self._lock:
+        with self._lock:  # (``stop`` takes it too: a run parks before it, or is handed over)
+            if self._stopping.is_set():
+                return False
             self._parked[key] = Parked(flight, waiting,
                                        now + recheck_delay(flight.checks, waiting.left),
                                        deadline)
         log.log(logging.INFO if not flight.checks else logging.DEBUG,
                 "%s waits at %s (no worker held): %s", key, flight.step or "its step",
                 waiting.detail)
+        return True
 
     def wait(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for the runs in flight to end; True when they did."""
@@ -231,8 +247,10 @@ class Fleet:
         return not running
 
     def stop(self) -> None:
-        """No run starts from now on (the runs going on stop at their progress points)."""
-        self._stopping.set()
+        """No run starts or parks from now on (the runs going on stop at their progress
+        points)."""
+        with self._lock:
+            self._stopping.set()
 
     def shutdown(self) -> None:
         self.stop()
@@ -240,12 +258,13 @@ class Fleet:
 
     def _run(self, key: ObjectKey, flight: Flight, run: Run) -> None:
         outcome: WorkloadOutcome | None = None
+        interrupted = False
         try:
             if self._stopping.is_set():
                 raise Interrupted("shutting down")
             outcome = run()
         except Interrupted:
-            log.info("sync of %s interrupted: the next leader resumes %s", flight.sha[:7], key)
+            interrupted = True  # (said below, with the step it stopped at)
         except LeaseLostError as e:
             log.warning("sync of %s stopped: %s: %s (the next leader resumes it)",
                         flight.sha[:7], key, e)
@@ -257,11 +276,19 @@ class Fleet:
             with self._lock:
                 flight = self._flights.pop(key, flight)
                 self._futures.pop(key, None)
+        if interrupted:
+            _interrupted(flight, key)
         if outcome is not None and outcome.outcome is Outcome.WAITING:
-            if outcome.waiting is not None and not self._stopping.is_set():
-                self._park(key, flight, outcome.waiting)
-            return  # (stopping: its record stays "running" for the next leader)
+            if outcome.waiting is None or not self._park(key, flight, outcome.waiting):
+                _interrupted(flight, key)  # its record stays "running" for the next leader
+            return
         try:
             self._on_end(key, flight, outcome)
         except Exception:
             log.exception("reporting the end of the run of %s failed", key)
+
+
+def _interrupted(flight: Flight, key: ObjectKey) -> None:
+    """A run this replica leaves to the next leader (shutting down), at the step it was at."""
+    log.info("sync of %s interrupted: the next leader resumes %s%s", flight.sha[:7], key,
+             f" at {flight.step}" if flight.step else "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 
 import pytest
@@ -294,7 +295,9 @@ def test_forgotten_parked_runs_leave_the_fleet() -> None:
         fleet.shutdown()
 
 
-def test_a_run_that_parks_while_stopping_is_left_for_the_next_leader() -> None:
+def test_a_run_that_parks_while_stopping_is_left_for_the_next_leader(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gitray.sync")
     ends = Ends()
     fleet = Fleet(1, ends, monotonic=Clock())
     try:
@@ -307,11 +310,60 @@ def test_a_run_that_parks_while_stopping_is_left_for_the_next_leader() -> None:
             return waiting
 
         assert fleet.dispatch(wp(RJ0, 0, True), "abc", "commit", run)
+        fleet.stepped(RJ0, "2/3 wait-job job-1")
         fleet.stop()
         gate.set()
         assert fleet.wait(30)
         assert fleet.parked() == {} and fleet.in_flight() == {} and ends.seen == []
+        assert "sync of abc interrupted: the next leader resumes ns/RayJob/rj0 at 2/3 " \
+            "wait-job job-1" in caplog.messages
     finally:
+        fleet.shutdown()
+
+
+def test_shutdown_hands_the_parked_runs_over_saying_so_as_for_a_run_on_a_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A parked run holds no worker, so no step is interrupted at shutdown: the hand-over
+    still says, for each, that the next leader resumes it (SIGTERM's contract)."""
+    caplog.set_level(logging.INFO, logger="gitray.sync")
+    ends = Ends()
+    fleet = Fleet(1, ends, monotonic=Clock())
+    try:
+        park(fleet, RJ0, ends)
+        park(fleet, RC0, ends)
+        fleet.rechecked([RC0], [])  # (released for a pass that will not come now)
+        caplog.clear()
+        fleet.stop()
+        assert fleet.hand_over() == [RC0, RJ0]
+        assert [m for m in caplog.messages if m.startswith("sync of")] == [
+            "sync of abc interrupted: the next leader resumes ns/RayCluster/rc0",
+            "sync of abc interrupted: the next leader resumes ns/RayJob/rj0"]
+        assert fleet.parked() == {} and fleet.in_flight() == {} and ends.seen == []
+        assert fleet.hand_over() == []  # (once)
+    finally:
+        fleet.shutdown()
+
+
+def test_a_queued_or_interrupted_run_says_it_is_left_for_the_next_leader(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gitray.sync")
+    ends = Ends()
+    fleet = Fleet(1, ends, monotonic=Clock())
+    gate = threading.Event()
+
+    def run() -> WorkloadOutcome:
+        assert gate.wait(30)
+        raise Interrupted("shutting down")
+
+    try:
+        assert fleet.dispatch(wp(RJ0, 0, True), "abc", "commit", run)
+        fleet.stepped(RJ0, "2/3 wait-job job-1")
+        gate.set()
+        assert ends.event.wait(30)
+        assert "sync of abc interrupted: the next leader resumes ns/RayJob/rj0 at 2/3 " \
+            "wait-job job-1" in caplog.messages
+    finally:
+        gate.set()
         fleet.shutdown()
 
 
