@@ -105,7 +105,7 @@ class Daemon:
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor)
         self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released,
-                                 lambda: self.lease.is_leader and not self._stopping.is_set())
+                                 lambda: self.lease.is_leader, stopping=self._stopping.is_set)
         self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
                            self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))

@@ -99,18 +99,31 @@ class Rechecks:
 
     def __init__(self, kube: Any, fleet: Fleet, on_release: Callable[[], None],
                  leading: Callable[[], bool] = lambda: True,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         self.kube = kube
         self.fleet = fleet
-        self.on_release = on_release
+        self.on_release = on_release  # a pass is to plan again (it resumes runs)
         self.leading = leading
         self.monotonic = monotonic
+        self.stopping = stopping
 
     def job(self) -> None:
-        """The daemon's job (every second): a round while this replica leads; otherwise its
-        parked runs are the next leader's, resumed from their records."""
+        """The daemon's job (every second): a round while this replica leads. Otherwise its
+        parked runs are the next leader's, resumed from their records, and they are forgotten
+        here; ``on_release`` still asks for a pass: should this replica lead again (a Lease
+        lost for a moment under load), that pass resumes them from their records, as a new
+        leader would. Nothing is to be done while shutting down (the parked runs are handed
+        over: ``Fleet.hand_over``)."""
+        if self.stopping():
+            return
         if not self.leading():
-            self.fleet.forget(self.fleet.parked())
+            parked = self.fleet.parked()
+            if parked:
+                self.fleet.forget(parked)
+                log.info("not leading: parked runs left for the leader to resume from their "
+                         "records: %s", ", ".join(str(k) for k in sorted(parked)))
+                self.on_release()
             return
         self.round()
 

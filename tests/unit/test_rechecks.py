@@ -10,9 +10,9 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.daemon.dispatch import newer_than_run
-from gitray.daemon.fleet import Flight, Parked
-from gitray.daemon.rechecks import WATCHED, reads, round_keys, settled, to_release
-from gitray.engine.executor import Waiting
+from gitray.daemon.fleet import Fleet, Flight, Parked
+from gitray.daemon.rechecks import WATCHED, Rechecks, reads, round_keys, settled, to_release
+from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.engine.parking import PARKABLE, parking, recall, remember, would_block
 from gitray.engine.parking import Parked as ParkedWait
 from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
@@ -174,3 +174,62 @@ def test_what_a_parked_wait_saw_is_kept_until_it_is_let_go() -> None:
     assert recall("RayCluster", "ns-x", "gone-run") == {}
     remember("RayJob", "ns-x", "gone-run", None)
     assert recall("RayJob", "ns-x", "gone-run") == {}
+
+
+# ---- the job: leading, not leading, shutting down ------------------------------------------
+
+
+def fleet_with_parked(*keys: ObjectKey) -> Fleet:
+    """A real fleet whose runs of ``keys`` are parked at a cluster wait (due at once)."""
+    fleet = Fleet(1, lambda *_: None, monotonic=lambda: 0.0)
+    for k in keys:
+        step = Step("s", StepType.WAIT_CLUSTER_READY, "rc")
+        outcome = WorkloadOutcome(k, Outcome.WAITING, "not ready",
+                                  waiting=Waiting(step, "not ready", 600.0))
+        assert fleet.dispatch(wplan(k, "h"), "abc", "commit", lambda o=outcome: o)
+    for _ in range(3000):  # (each worker parks its run right after it returns)
+        if len(fleet.parked()) == len(keys):
+            break
+        threading.Event().wait(0.01)
+    assert set(fleet.parked()) == set(keys)
+    return fleet
+
+
+class NoApi:
+    def list(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no LIST is made here")
+
+
+def test_not_leading_forgets_the_parked_runs_and_asks_for_a_pass_to_resume_them() -> None:
+    """A Lease lost for a moment (a loaded machine): the parked runs are forgotten, and a
+    pass is asked for, which this replica makes once it leads again (its poll plans only as
+    leader): that pass resumes them from their records. Without it, nothing else would start
+    a pass of the same commit, and a parked upgrade would never go on (nor its old cluster's
+    deletion be scheduled)."""
+    fleet = fleet_with_parked(C1, S1)
+    passes: list[int] = []
+    leading = [False]
+    rechecks = Rechecks(NoApi(), fleet, lambda: passes.append(1), lambda: leading[0],
+                        monotonic=lambda: 0.0)
+    try:
+        rechecks.job()
+        assert fleet.parked() == {} and fleet.in_flight() == {}
+        assert passes == [1]
+        rechecks.job()  # nothing parked any more: no second pass asked for
+        assert passes == [1]
+    finally:
+        fleet.shutdown()
+
+
+def test_shutting_down_the_job_leaves_the_parked_runs_to_the_hand_over() -> None:
+    fleet = fleet_with_parked(C1)
+    passes: list[int] = []
+    rechecks = Rechecks(NoApi(), fleet, lambda: passes.append(1), lambda: False,
+                        monotonic=lambda: 10.0, stopping=lambda: True)
+    try:
+        rechecks.job()  # (neither forgotten unsaid nor checked)
+        assert set(fleet.parked()) == {C1} and passes == []
+        fleet.stop()
+        assert fleet.hand_over() == [C1]
+    finally:
+        fleet.shutdown()
