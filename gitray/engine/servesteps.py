@@ -20,7 +20,7 @@ from gitray.plans.serve import ServeState, serve_verdict
 from gitray.plans.steptypes import DeployServeParams, WaitServeParams, typed_params
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["Report", "ServeSteps"]
+__all__ = ["Report", "ServeSteps", "last_put_at", "resend_due"]
 
 Report = Callable[[str], None]
 SERVE_POLL_S = 1.5  # steady Serve status poll period; the first polls are quicker:
@@ -28,6 +28,25 @@ SERVE_FIRST_POLL_S = 0.25  # Serve often reaches RUNNING within seconds of a dep
 SERVE_POLL_GROWTH = 1.5  # period starts here and grows by this factor up to SERVE_POLL_S
 GATING_BUDGET_S = 120.0
 REDEPLOY_AFTER_S = 15.0
+
+
+def last_put_at(deadline: Deadline) -> float:
+    """When the Serve config was last sent, as ``wait-serve-running`` (its ``deadline``)
+    begins a check: when the wait step first began (``deploy-serve`` sent it just before),
+    its time spent before this call included — a wait resumed after a hand-over, and above all
+    a wait parked by ``gitray sync``, which each re-check resumes with a new call: counted from
+    the call, its re-send would never come. Monotonic, on the deadline's clock. Pure."""
+    return deadline.started - deadline.spent
+
+
+def resend_due(sent: Mapping[str, object], reported: Mapping[str, object],
+               since_put: float) -> bool:
+    """Whether to send the Serve config again: Serve holds no application at all though some
+    were sent (the head restarted and lost them; KubeRay re-sends only for the clusters it
+    manages), ``REDEPLOY_AFTER_S`` after the last PUT (just after one, Serve may not list
+    them yet). Pure."""
+    return (not reported.get("applications") and bool(sent.get("applications"))
+            and since_put >= REDEPLOY_AFTER_S)
 
 
 class ServeSteps:
@@ -76,7 +95,7 @@ class ServeSteps:
         if serve_hash is None:  # (the planner always gives it)
             raise TerminalError(f"step {step.id} has no serveConfigHash to mark {cluster} with")
         sent = p.serve_config or {}
-        last_put = deadline.started
+        last_put = last_put_at(deadline)
         summary = "no status yet"
         pauses = Backoff(SERVE_FIRST_POLL_S, factor=SERVE_POLL_GROWTH, cap=SERVE_POLL_S)
 
@@ -85,8 +104,7 @@ class ServeSteps:
             try:
                 with self.resolver.serve_client(ns, cluster) as client:
                     reported = client.applications()
-                    if (not reported.get("applications") and sent.get("applications")
-                            and self.clock.monotonic() - last_put >= REDEPLOY_AFTER_S):
+                    if resend_due(sent, reported, self.clock.monotonic() - last_put):
                         # Serve holds no applications at all: the head restarted and lost the
                         # config (KubeRay re-sends it then too). The PUT is declarative.
                         client.deploy(sent)
