@@ -11,7 +11,13 @@ from tests.integration.gitops import NEW_IMAGE, GitOpsRepo
 from tests.integration.harness import ray_clusters
 from tests.integration.test_daemon import notes, push, rs, start_sync
 from tests.manifests import cluster_spec, dump, gitray_config
-from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
+from tests.testenv.helpers import (
+    TestEnv,
+    WaitTimeout,
+    drop_namespace,
+    make_namespace,
+    wait_for,
+)
 
 IMAGE = "rayproject/ray:2.60.0"
 
@@ -94,8 +100,13 @@ def test_an_old_cluster_is_deleted_on_time_while_another_workload_waits(
         (blue,) = ray_clusters(testenv, namespace)
         push(work, "upgrade, and a long job", {
             "svc.yaml": rs(namespace, image=NEW_IMAGE), "job.yaml": dump(rayjob(other, 300))})
-        wait_for(lambda: ((clusters := ray_clusters(testenv, namespace)) and blue not in clusters)
-                 or None, timeout=300, what="the old cluster deleted")
+        try:
+            wait_for(lambda: ((clusters := ray_clusters(testenv, namespace))
+                              and blue not in clusters) or None,
+                     timeout=300, what="the old cluster deleted")
+        except WaitTimeout as e:  # (what the daemon did meanwhile: its runs' steps, the Lease)
+            raise AssertionError(f"{e}; gitray sync's log ends:\n{sync.logs()[-6000:]}") \
+                from None
         assert len(ray_clusters(testenv, namespace)) == 1
         # deleted while the job's run still waits (the job sleeps 300 s once RUNNING; on a
         # loaded machine its cluster may still be starting: no job status yet)
