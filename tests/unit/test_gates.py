@@ -193,3 +193,24 @@ def test_no_probe_answer_at_all_is_counted_not_skipped() -> None:
     assert success_rate({"name": "s", "min": 90, "minRequests": 10},
                         traffic).verdict.value == "failed"
 
+
+
+# ---- visible in statuses --------------------------------------------------------------------
+
+
+def test_gitray_status_says_what_a_held_run_waits_for() -> None:
+    from gitray.cli.status import _held
+
+    assert _held(at(APPROVAL)) == (f"held before the switch to {B} until "
+                                   "`gitray approve ray/RayService/svc`")
+    assert _held(at(BEFORE)) == "" and _held(None) == ""
+    assert _held(at(APPROVAL, state=RunState.FAILED)) == ""
+
+
+def test_the_commit_status_names_the_gate() -> None:
+    from gitray.daemon.reporting import status_what
+
+    assert status_what(PLAN.steps[APPROVAL]) == (
+        f"await-approval {B}: held until `gitray approve ray/RayService/svc`")
+    assert status_what(PLAN.steps[BEFORE]) == f"run-analysis {B} before the switch"
+    assert status_what(PLAN.steps[AFTER]) == f"run-analysis {B} after the switch"
