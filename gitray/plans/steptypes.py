@@ -321,7 +321,7 @@ def _analysis(p: Mapping[str, JSON], cluster: str) -> str:
     gate = p.get("gate")
     if gate is not None:  # a blue-green upgrade's gate
         then = (f"switch back to {p.get('previous')}" if gate == "after-switch"
-                else "no switch")
+                else "fail without switching")
         return (f"analyse {cluster} {str(gate).replace('-', ' the ')} over "
                 f"{duration(p.get('windowSeconds'))}: {checks} ({then} after {limit} failed "
                 f"analys{'i' if limit == 1 else 'e'}s)")
