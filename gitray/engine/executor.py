@@ -19,6 +19,8 @@ holds); a ``run-analysis`` that fails is counted in the run record and, below it
 run again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
 failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity restored,
 the new cluster deleted (or kept, marked failed).
+A blue-green upgrade's gates (``gitray.engine.gates``): ``gitray approve`` ends its approval
+gate; its after-switch analysis failing switches both Services back to the old cluster.
 
 A newer commit (``gitray sync`` asks ``superseded`` while a RayService upgrade waits, before
 any traffic moved): the run ends ``cancelled`` where it stands — no clean-up, the next pass
@@ -53,6 +55,7 @@ from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
+from gitray.engine.gates import gated, keep_failed, own_service, switch_back_of
 from gitray.engine.incremental.signals import RunSteering, SignalStore
 from gitray.engine.incremental.upgradecontrol import (
     check_failure_limit,
@@ -188,7 +191,8 @@ class Executor:
         total = len(wp.steps)
         messages: list[str] = []
         promotion = promotion_index(wp)
-        run = _Run(record, self._steering(wp, record, revision) if promotion else None,
+        steered = promotion is not None or gated(wp)
+        run = _Run(record, self._steering(wp, record, revision) if steered else None,
                    promotion, list(record.analysis_failures) if record is not None else [])
         for index in range(start, total):
             step = wp.steps[index]
@@ -207,7 +211,8 @@ class Executor:
                 reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 if cleanup:
                     messages.append(cleanup)
-                    if cleanup.startswith("rolled back") or cleanup.startswith("rollback"):
+                    if cleanup.startswith(("rolled back", "rollback", "switched back",
+                                           "switch-back")):
                         reason += f"; {cleanup}"
                 if record is not None and self.progress is not None:
                     self.progress.finish(record, RunState.FAILED, reason)
@@ -352,6 +357,26 @@ class Executor:
         return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, {where}"
                 + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
 
+    def _switch_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
+        """A blue-green upgrade's after-switch gate failed: both Services back to the old
+        cluster, the new one deleted (or kept); None when it was no such gate."""
+        back = switch_back_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
+        if back is None:
+            return None
+        problems: list[str] = []
+        for step in back.steps:
+            try:
+                self._run_step(wp, failed_at, step, None)
+            except (TerminalError, TransientError) as e:
+                if step.type is StepType.SWITCH_SERVICE:  # the new cluster must stay then
+                    return (f"switch-back incomplete: could not point the {step.params['role']}"
+                            f" Service at {back.old} ({e}); {back.new} is left in place")
+                problems.append(f"{step.type.value} {step.target}: {e}")
+        kept = self._mark_failed(wp, back.new) if back.keep else ""
+        where = f"{back.new} kept for debugging" if back.keep else f"{back.new} deleted"
+        return (f"switched back: head and serve Service to {back.old}, {where}"
+                + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
+
     def _mark_failed(self, wp: WorkloadPlan, cluster: str) -> str:
         """Annotate a kept failed cluster; "" or why it could not be."""
         try:
@@ -379,6 +404,9 @@ class Executor:
         one that failed before traffic moved has its new cluster removed (or marked)."""
         if wp.key.kind != Kind.RAY_SERVICE.value:
             return ""
+        switched_back = self._switch_back(wp, failed_at)
+        if switched_back is not None:
+            return switched_back
         rolled_back = self._roll_back(wp, failed_at)
         if rolled_back is not None:
             return rolled_back
@@ -390,11 +418,13 @@ class Executor:
         cluster = new[0]
         try:
             self.fence.ensure_held()
-            if self.config.rayservice.keep_failed_clusters:
+            if keep_failed(wp, self.config.rayservice.keep_failed_clusters):
                 self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace,
                                         cluster, {"metadata": {"annotations": {
                                             ANN_FAILED: "upgrade failed; kept for debugging"}}})
                 return f"kept failed cluster {cluster} for debugging"
+            if (service := own_service(wp, cluster)) is not None:  # a gate's: it goes too
+                self.actions.kube.delete("v1", "Service", wp.key.namespace, service)
             self.actions.kube.delete(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster)
             return f"deleted failed pending cluster {cluster}"
         except (TransientError, TerminalError) as e:
