@@ -34,7 +34,7 @@ parallel up to ``maxParallel``. A failed wave stops the waves after it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -340,22 +340,12 @@ class Executor:
         rollback = rollback_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
         if rollback is None:
             return None
-        problems: list[str] = []
-        for step in rollback.steps:
-            try:
-                self._run_step(wp, failed_at, step, None)
-            except (TerminalError, TransientError) as e:
-                if step.type is StepType.SHIFT_TRAFFIC:  # the new cluster must stay then
-                    return (f"rollback incomplete: could not send all traffic back to "
-                            f"{rollback.old} ({e}); {rollback.new} is left in place")
-                problems.append(f"{step.type.value} {step.target}: {e}")
-        kept = ""
-        if rollback.keep:
-            kept = self._mark_failed(wp, rollback.new)
-        where = f"{rollback.new} kept for debugging" if rollback.keep else \
-            f"{rollback.new} deleted"
-        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, {where}"
-                + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
+        problems, stuck = self._undo(wp, failed_at, rollback.steps, StepType.SHIFT_TRAFFIC)
+        if stuck is not None:
+            return (f"rollback incomplete: could not send all traffic back to "
+                    f"{rollback.old} ({stuck[1]}); {rollback.new} is left in place")
+        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, "
+                + self._undone(wp, rollback.new, rollback.keep, problems))
 
     def _switch_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
         """A blue-green upgrade's after-switch gate failed: both Services back to the old
@@ -363,19 +353,32 @@ class Executor:
         back = switch_back_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
         if back is None:
             return None
+        problems, stuck = self._undo(wp, failed_at, back.steps, StepType.SWITCH_SERVICE)
+        if stuck is not None:
+            return (f"switch-back incomplete: could not point the {stuck[0].params['role']}"
+                    f" Service at {back.old} ({stuck[1]}); {back.new} is left in place")
+        return (f"switched back: head and serve Service to {back.old}, "
+                + self._undone(wp, back.new, back.keep, problems))
+
+    def _undo(self, wp: WorkloadPlan, failed_at: int, steps: Sequence[Step], critical: StepType
+              ) -> tuple[list[str], tuple[Step, Exception] | None]:
+        """Run an undo's steps: the problems of those that failed, and the first `critical`
+        one that failed (the undo stops there: the new cluster must stay)."""
         problems: list[str] = []
-        for step in back.steps:
+        for step in steps:
             try:
                 self._run_step(wp, failed_at, step, None)
             except (TerminalError, TransientError) as e:
-                if step.type is StepType.SWITCH_SERVICE:  # the new cluster must stay then
-                    return (f"switch-back incomplete: could not point the {step.params['role']}"
-                            f" Service at {back.old} ({e}); {back.new} is left in place")
+                if step.type is critical:
+                    return problems, (step, e)
                 problems.append(f"{step.type.value} {step.target}: {e}")
-        kept = self._mark_failed(wp, back.new) if back.keep else ""
-        where = f"{back.new} kept for debugging" if back.keep else f"{back.new} deleted"
-        return (f"switched back: head and serve Service to {back.old}, {where}"
-                + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
+        return problems, None
+
+    def _undone(self, wp: WorkloadPlan, new: str, keep: bool, problems: list[str]) -> str:
+        """The tail of an undo's line: the new cluster deleted or kept (marked), problems."""
+        kept = self._mark_failed(wp, new) if keep else ""
+        where = f"{new} kept for debugging" if keep else f"{new} deleted"
+        return where + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else "")
 
     def _mark_failed(self, wp: WorkloadPlan, cluster: str) -> str:
         """Annotate a kept failed cluster; "" or why it could not be."""
