@@ -3,6 +3,20 @@
 # Kubernetes manifests. Build: docker build -t gitray:0.1.0 .   Lint: scripts/lint-dockerfile
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG GO_IMAGE=golang:1.26-bookworm
+
+# ---- tools: the renderers gitray runs (kustomize, helm), built from the Go module proxy ------
+# Pinned to the versions the test environment builds and tests (tests/testenv/kustomize.py,
+# tests/testenv/helm.py; tests/integration/test_image.py checks they agree). Static binaries.
+FROM ${GO_IMAGE} AS tools
+ARG KUSTOMIZE_VERSION=v5.8.2
+ARG HELM_VERSION=v4.3.2
+ENV CGO_ENABLED=0 \
+    GOFLAGS=-trimpath
+RUN go install -ldflags="-s -w" "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}" \
+    && go install -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}" \
+       "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
+    && install -D -m 0755 -t /out "$(go env GOPATH)/bin/kustomize" "$(go env GOPATH)/bin/helm"
 
 # ---- build: install gitray (no test extras) into a virtualenv --------------------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -14,7 +28,7 @@ COPY pyproject.toml README.md ./
 COPY gitray ./gitray
 RUN /opt/gitray/bin/pip install --no-cache-dir .
 
-# ---- runtime: Python, git and the virtualenv; nothing else ----------------------------------
+# ---- runtime: Python, git, the virtualenv and the two renderers; nothing else ---------------
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -38,6 +52,8 @@ RUN groupadd --system --gid 10001 gitray \
     && install -d -o 10001 -g 10001 /var/cache/gitray
 
 COPY --from=build /opt/gitray /opt/gitray
+# On PATH, where gitray looks for them (GITRAY_KUSTOMIZE / GITRAY_HELM name others).
+COPY --from=tools /out/kustomize /out/helm /usr/local/bin/
 ENV PATH=/opt/gitray/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

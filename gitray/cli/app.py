@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     for name, what in (("suspend", "start no run of a workload (gitray sync and apply) until "
                                    "resumed"),
                        ("resume", "let gitray run a suspended workload again"),
-                       ("retry", "run a workload's failed run once more at the same revision")):
+                       ("retry", "run a workload's failed run once more at the same revision"),
+                       ("approve", "let a blue-green RayService upgrade held by its approval "
+                                   "gate switch to the new cluster")):
         cmd = sub.add_parser(name, help=what)
         cmd.add_argument("workload", metavar="NAMESPACE/KIND/NAME")
         cluster_args(cmd)

@@ -433,7 +433,7 @@ def _cmd_signal(args: argparse.Namespace) -> int:
     from gitray.cli.control import act, parse_for
     from gitray.k8s.client import Kube
 
-    key = parse_for(args.command, args.workload)  # promote|abort|suspend|resume|retry
+    key = parse_for(args.command, args.workload)  # promote|abort|approve|suspend|resume|retry
     kube = Kube.connect(_kube_settings(args))
     try:
         print(act(kube, _lease_namespace(args), key, args.command))
@@ -445,6 +445,6 @@ def _cmd_signal(args: argparse.Namespace) -> int:
 _COMMANDS = {"validate": _cmd_validate, "plan": _cmd_plan, "apply": _cmd_apply,
              "status": _cmd_status, "sync": _cmd_sync, "promote": _cmd_signal,
              "abort": _cmd_signal, "suspend": _cmd_signal, "resume": _cmd_signal,
-             "retry": _cmd_signal}
+             "retry": _cmd_signal, "approve": _cmd_signal}
 
 

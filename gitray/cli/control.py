@@ -1,7 +1,9 @@
 """``gitray suspend``, ``gitray resume`` and ``gitray retry``: ask ``gitray sync`` (and
 ``gitray apply``) to leave a workload alone, to go on with it, or to run its failed run once
-more at the same revision. I/O (reads the run record, writes the control by compare-and-swap:
-``gitray.engine.controls``). Holds no Lease: the leader reads the control on its next pass.
+more at the same revision (``promote``, ``abort`` and ``approve`` leave a signal for the run
+in flight instead: ``gitray.cli.steer``). I/O (reads the run record, writes the control by
+compare-and-swap: ``gitray.engine.controls``). Holds no Lease: the leader reads the control
+on its next pass.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ def parse_any_workload(text: str) -> ObjectKey:
 
 
 def parse_for(command: str, text: str) -> ObjectKey:
-    """The workload a command names: promote and abort take NAMESPACE/RAYSERVICE."""
-    return parse_workload(text) if command in {"promote", "abort"} else \
-        parse_any_workload(text)
+    """The workload a command names: promote and abort take NAMESPACE/RAYSERVICE (and approve
+    either form)."""
+    if command in {"promote", "abort"} or (command == "approve" and text.count("/") == 1):
+        return parse_workload(text)
+    return parse_any_workload(text)
 
 
 def act(kube: Kube, lease_namespace: str, key: ObjectKey, command: str) -> str:
-    """Run ``command`` (promote, abort, suspend, resume, retry) on ``key``; the line to
-    print."""
-    if command in {"promote", "abort"}:
+    """Run ``command`` (promote, abort, approve, suspend, resume, retry) on ``key``; the line
+    to print."""
+    if command in {"promote", "abort", "approve"}:
         return send_signal(kube, lease_namespace, key, command)
     return set_control(kube, lease_namespace, key, command)
 

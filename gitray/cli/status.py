@@ -22,6 +22,7 @@ from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
+from gitray.plans.plan import StepType
 from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
@@ -49,6 +50,18 @@ def _step(record: Record) -> str:
     return f"{min(record.cursor, total)}/{total}"
 
 
+def _held(record: Record | None) -> str:
+    """What a run held at a blue-green upgrade's approval gate waits for ("" otherwise)."""
+    if record is None or record.state is not RunState.RUNNING \
+            or record.cursor >= len(record.plan.steps):
+        return ""
+    step = record.plan.steps[record.cursor]
+    if step.type is not StepType.AWAIT_APPROVAL:
+        return ""
+    return (f"held before the switch to {step.params.get('cluster')} until "
+            f"`{step.params.get('approve')}`")
+
+
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
                     resolver: Resolver) -> list[StatusRow]:
     records = {r.key: r for r in RecordReader(kube, lease_namespace,
@@ -69,7 +82,7 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
             last = record.runs[-1]  # KubeRay deleted the run (deletionStrategy): as recorded
             shown = f"{last.name}: {last.outcome} (recorded; the RayJob is gone)"
         reason = "; ".join(r for r in (suspension(controls.get(key)),
-                                       record.reason if record else "") if r)
+                                       _held(record), record.reason if record else "") if r)
         rows.append(StatusRow(key, record.revision[:12] if record else "-",
                               record.state.value if record else "never applied",
                               _step(record) if record else "-", active, pending, shown,

@@ -105,6 +105,10 @@ def status_what(step: Step) -> str:
     incremental upgrade's steps the traffic share (``shift-traffic svc-httproute: 25 % →
     svc-14f9f``, ``run-analysis svc-14f9f at 25 %``)."""
     what = f"{step.type.value} {step.target}"
+    if step.type is StepType.AWAIT_APPROVAL:  # a blue-green upgrade's approval gate
+        return f"{what}: held until `{step.params.get('approve')}`"
+    if isinstance(gate := step.params.get("gate"), str):  # a blue-green gate's analysis
+        return f"{what} {gate.replace('-', ' the ')}"
     percent = step.params.get("percent")
     if not isinstance(percent, int):
         return what

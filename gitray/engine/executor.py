@@ -19,6 +19,8 @@ holds); a ``run-analysis`` that fails is counted in the run record and, below it
 run again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
 failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity restored,
 the new cluster deleted (or kept, marked failed).
+A blue-green upgrade's gates (``gitray.engine.gates``): ``gitray approve`` ends its approval
+gate; its after-switch analysis failing switches both Services back to the old cluster.
 
 A newer commit (``gitray sync`` asks ``superseded`` while a RayService upgrade waits, before
 any traffic moved): the run ends ``cancelled`` where it stands — no clean-up, the next pass
@@ -32,7 +34,7 @@ parallel up to ``maxParallel``. A failed wave stops the waves after it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -53,6 +55,7 @@ from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
+from gitray.engine.gates import gated, keep_failed, own_service, switch_back_of
 from gitray.engine.incremental.signals import RunSteering, SignalStore
 from gitray.engine.incremental.upgradecontrol import (
     check_failure_limit,
@@ -205,7 +208,8 @@ class Executor:
         total = len(wp.steps)
         messages: list[str] = []
         promotion = promotion_index(wp)
-        run = _Run(record, self._steering(wp, record, revision) if promotion else None,
+        steered = promotion is not None or gated(wp)
+        run = _Run(record, self._steering(wp, record, revision) if steered else None,
                    promotion, list(record.analysis_failures) if record is not None else [])
         for index in range(start, total):
             step = wp.steps[index]
@@ -225,7 +229,8 @@ class Executor:
                 reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
                 if cleanup:
                     messages.append(cleanup)
-                    if cleanup.startswith("rolled back") or cleanup.startswith("rollback"):
+                    if cleanup.startswith(("rolled back", "rollback", "switched back",
+                                           "switch-back")):
                         reason += f"; {cleanup}"
                 if record is not None and self.progress is not None:
                     self.progress.finish(record, RunState.FAILED, reason)
@@ -367,22 +372,45 @@ class Executor:
         rollback = rollback_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
         if rollback is None:
             return None
+        problems, stuck = self._undo(wp, failed_at, rollback.steps, StepType.SHIFT_TRAFFIC)
+        if stuck is not None:
+            return (f"rollback incomplete: could not send all traffic back to "
+                    f"{rollback.old} ({stuck[1]}); {rollback.new} is left in place")
+        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, "
+                + self._undone(wp, rollback.new, rollback.keep, problems))
+
+    def _switch_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
+        """A blue-green upgrade's after-switch gate failed: both Services back to the old
+        cluster, the new one deleted (or kept); None when it was no such gate."""
+        back = switch_back_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
+        if back is None:
+            return None
+        problems, stuck = self._undo(wp, failed_at, back.steps, StepType.SWITCH_SERVICE)
+        if stuck is not None:
+            return (f"switch-back incomplete: could not point the {stuck[0].params['role']}"
+                    f" Service at {back.old} ({stuck[1]}); {back.new} is left in place")
+        return (f"switched back: head and serve Service to {back.old}, "
+                + self._undone(wp, back.new, back.keep, problems))
+
+    def _undo(self, wp: WorkloadPlan, failed_at: int, steps: Sequence[Step], critical: StepType
+              ) -> tuple[list[str], tuple[Step, Exception] | None]:
+        """Run an undo's steps: the problems of those that failed, and the first `critical`
+        one that failed (the undo stops there: the new cluster must stay)."""
         problems: list[str] = []
-        for step in rollback.steps:
+        for step in steps:
             try:
                 self._run_step(wp, failed_at, step, None)
             except (TerminalError, TransientError) as e:
-                if step.type is StepType.SHIFT_TRAFFIC:  # the new cluster must stay then
-                    return (f"rollback incomplete: could not send all traffic back to "
-                            f"{rollback.old} ({e}); {rollback.new} is left in place")
+                if step.type is critical:
+                    return problems, (step, e)
                 problems.append(f"{step.type.value} {step.target}: {e}")
-        kept = ""
-        if rollback.keep:
-            kept = self._mark_failed(wp, rollback.new)
-        where = f"{rollback.new} kept for debugging" if rollback.keep else \
-            f"{rollback.new} deleted"
-        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, {where}"
-                + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else ""))
+        return problems, None
+
+    def _undone(self, wp: WorkloadPlan, new: str, keep: bool, problems: list[str]) -> str:
+        """The tail of an undo's line: the new cluster deleted or kept (marked), problems."""
+        kept = self._mark_failed(wp, new) if keep else ""
+        where = f"{new} kept for debugging" if keep else f"{new} deleted"
+        return where + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else "")
 
     def _mark_failed(self, wp: WorkloadPlan, cluster: str) -> str:
         """Annotate a kept failed cluster; "" or why it could not be."""
@@ -411,6 +439,9 @@ class Executor:
         one that failed before traffic moved has its new cluster removed (or marked)."""
         if wp.key.kind != Kind.RAY_SERVICE.value:
             return ""
+        switched_back = self._switch_back(wp, failed_at)
+        if switched_back is not None:
+            return switched_back
         rolled_back = self._roll_back(wp, failed_at)
         if rolled_back is not None:
             return rolled_back
@@ -422,11 +453,13 @@ class Executor:
         cluster = new[0]
         try:
             self.fence.ensure_held()
-            if self.config.rayservice.keep_failed_clusters:
+            if keep_failed(wp, self.config.rayservice.keep_failed_clusters):
                 self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace,
                                         cluster, {"metadata": {"annotations": {
                                             ANN_FAILED: "upgrade failed; kept for debugging"}}})
                 return f"kept failed cluster {cluster} for debugging"
+            if (service := own_service(wp, cluster)) is not None:  # a gate's: it goes too
+                self.actions.kube.delete("v1", "Service", wp.key.namespace, service)
             self.actions.kube.delete(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster)
             return f"deleted failed pending cluster {cluster}"
         except (TransientError, TerminalError) as e:

@@ -66,6 +66,8 @@ class StepType(StrEnum):
     WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
     RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
     PAUSE = "pause"  # timed, or until `gitray promote`
+    # gates of a blue-green RayService upgrade (besides run-analysis)
+    AWAIT_APPROVAL = "await-approval"  # hold before the switch until `gitray approve`
 
 
 class Action(StrEnum):

@@ -19,8 +19,17 @@ from gitray.core.model import Diagnostic, Kind, SourceLocation
 from gitray.parsing.text import JsonPath, format_path
 from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 from gitray.plans.names import remember_serve_config
-from gitray.plans.rayservice.analysis import analysis_diagnostics
-from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, refused_fields, upgrade_type
+from gitray.plans.rayservice.analysis import (
+    STRATEGY_BLUE_GREEN,
+    STRATEGY_INCREMENTAL,
+    analysis_diagnostics,
+)
+from gitray.plans.rayservice.fields import (
+    UPGRADE_INCREMENTAL,
+    UPGRADE_NEW_CLUSTER,
+    refused_fields,
+    upgrade_type,
+)
 from gitray.plans.rayservice.servecheck import import_path_problem, serve_problems
 from gitray.plans.rayservice.serveservice import serve_service_problems, serve_service_warnings
 from gitray.plans.rayservice.upgradeoptions import Weight, options_problems, read_options, schedule
@@ -108,7 +117,10 @@ def _analysis(document: YamlDocument, spec: dict[str, Any]) -> list[Diagnostic]:
             weights = [m.percent for m in moves if isinstance(m, Weight)]
         except ValueError:
             weights = None  # mistyped options: reported by the schema
-    return analysis_diagnostics(document, incremental, weights)
+    kind = upgrade_type(spec)
+    strategy = (STRATEGY_INCREMENTAL if incremental else STRATEGY_BLUE_GREEN
+                if kind == UPGRADE_NEW_CLUSTER else None)
+    return analysis_diagnostics(document, strategy, weights)
 
 
 def _serve_config(document: YamlDocument, text: str,

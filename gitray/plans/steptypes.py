@@ -245,6 +245,13 @@ class PauseParams(Params):
     promote: str | None = None
 
 
+@dataclass(frozen=True)
+class AwaitApprovalParams(Params):
+    cluster: str  # the new cluster the switch would go to
+    previous: str  # the cluster serving until then
+    approve: str  # the command that approves
+
+
 # ---- describing a step ----------------------------------------------------------------------
 
 
@@ -311,8 +318,20 @@ def _check(check: Mapping[str, JSON]) -> str:
 def _analysis(p: Mapping[str, JSON], cluster: str) -> str:
     checks = ", ".join(_check(c) for c in p.get("checks") or [] if isinstance(c, dict))
     limit = p.get("failureLimit")
+    gate = p.get("gate")
+    if gate is not None:  # a blue-green upgrade's gate
+        then = (f"switch back to {p.get('previous')}" if gate == "after-switch"
+                else "fail without switching")
+        return (f"analyse {cluster} {str(gate).replace('-', ' the ')} over "
+                f"{duration(p.get('windowSeconds'))}: {checks} ({then} after {limit} failed "
+                f"analys{'i' if limit == 1 else 'e'}s)")
     return (f"analyse {cluster} at {p.get('percent')} % over {duration(p.get('windowSeconds'))}"
             f": {checks} (roll back after {limit} failed analys{'i' if limit == 1 else 'e'}s)")
+
+
+def _approval(p: Mapping[str, JSON], t: str) -> str:
+    return (f"hold before switching to {p.get('cluster')} until `{p.get('approve')}`"
+            f" ({p.get('previous')} serves meanwhile)")
 
 
 def _pause(p: Mapping[str, JSON], t: str) -> str:
@@ -397,6 +416,9 @@ def _rows() -> dict[StepType, StepKind]:
                  mutates=False, holds=True),
         StepKind(T.RUN_ANALYSIS, RunAnalysisParams, _analysis),
         StepKind(T.PAUSE, PauseParams, _pause, mutates=False, holds=True),
+        # a newer commit ends a run held for approval (nothing moved yet)
+        StepKind(T.AWAIT_APPROVAL, AwaitApprovalParams, _approval, mutates=False,
+                 supersedable=True),
     ]
     return {row.step_type: row for row in rows}
 

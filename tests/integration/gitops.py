@@ -145,7 +145,8 @@ class Gitray:
 
     def argv(self, command: str, *args: str) -> list[str]:
         base = [sys.executable, "-m", "gitray", command, *args, "--kubeconfig", self.kubeconfig]
-        if command in {"apply", "status", "promote", "abort", "suspend", "resume", "retry"}:
+        if command in {"apply", "status", "promote", "abort", "approve", "suspend", "resume",
+                       "retry"}:
             base += ["--lease-namespace", self.lease_namespace]
         if command in {"apply", "status"} and self.dashboard:
             base += ["--dashboard", self.dashboard]

@@ -26,12 +26,15 @@ from typing import Any
 import pytest
 
 from tests.testenv import gitray_image as gi
+from tests.testenv.helm import HELM
+from tests.testenv.kustomize import KUSTOMIZE
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = gi.gitray_version()
 TAG = f"localhost/gitray:{VERSION}"
-MAX_IMAGE_BYTES = 550_000_000  # base 136 MB + git 60 MB + venv 250 MB; a leak of the
-# build stage or of the test extras (ray alone is ~600 MB) crosses it
+MAX_IMAGE_BYTES = 640_000_000  # base 136 MB + git 60 MB + venv 250 MB + helm 67 MB +
+# kustomize 13 MB; a leak of a build stage (the Go toolchain alone is 270 MB) or of the test
+# extras (ray alone is ~600 MB) crosses it
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,32 @@ def inside(archive: Path) -> dict[str, subprocess.CompletedProcess[str]]:
     return dict(zip(commands, results, strict=True))
 
 
+@pytest.fixture(scope="module")
+def rendered(archive: Path, tmp_path_factory: pytest.TempPathFactory,
+             ) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The renderers in the image, and gitray planning the examples' Kustomize overlays and
+    Helm chart with them: examples-repo committed to a fresh Git repository owned by the
+    image's user, mounted read-only."""
+    repo = tmp_path_factory.mktemp("examples") / "repo"
+    shutil.copytree(REPO / "examples-repo", repo)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "examples"], check=True)
+    subprocess.run(["chown", "-R", "10001:10001", str(repo)], check=True)
+    commands = {
+        "kustomize": ["kustomize", "version"],
+        "helm": ["helm", "version", "--short"],
+        "plan-kustomize": ["gitray", "plan", "--repo", "/examples/kustomize", "--against",
+                           "empty", "--color", "never"],
+        "plan-helm": ["gitray", "plan", "--repo", "/examples/helm", "--against", "empty",
+                      "--color", "never"],
+    }
+    results = gi.run_in_image(archive, list(commands.values()),
+                              volumes=[f"{repo}:/examples:ro"])
+    return dict(zip(commands, results, strict=True))
+
+
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 0, f"{proc.args}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
     return proc.stdout
@@ -92,6 +121,15 @@ def test_the_dockerfile_still_names_the_official_base_by_default() -> None:
     text = (REPO / "Dockerfile").read_text()
     assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
     assert text.count("FROM ${PYTHON_IMAGE}") == 2
+
+
+def test_the_image_renders_with_the_versions_the_tests_use() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    assert "ARG GO_IMAGE=golang:1.26-bookworm" in text
+    assert "FROM ${GO_IMAGE} AS tools" in text
+    assert f"ARG KUSTOMIZE_VERSION={KUSTOMIZE[1]}" in text
+    assert f"ARG HELM_VERSION={HELM[1]}" in text
+    assert "COPY --from=tools /out/kustomize /out/helm /usr/local/bin/" in text
 
 
 def test_the_cache_key_follows_gitray_and_nothing_else(tmp_path: Path) -> None:
@@ -166,6 +204,20 @@ def test_gitray_runs_inside_the_image(inside: dict[str, subprocess.CompletedProc
     assert re.match(r"git version 2\.", _ok(inside["git"]))
     assert _ok(inside["cache-writable"]).strip() == "/home/gitray"
     assert _ok(inside["no-tests-in-venv"]).strip() == "True", "test extras in the image"
+
+
+def test_gitray_renders_kustomize_and_helm_inside_the_image(
+        rendered: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    assert _ok(rendered["kustomize"]).strip() == KUSTOMIZE[1]
+    assert _ok(rendered["helm"]).strip().startswith(HELM[1])
+    for name, source in (("plan-kustomize", "overlays/prod/kustomization.yaml"),
+                         ("plan-helm", "charts/text-service/templates/rayservice.yaml")):
+        out = _ok(rendered[name])
+        print(f"{name} in the image:\n{out}")
+        assert "not installed" not in out + rendered[name].stderr
+        assert f"# RayService ray-prod/text-service  ({source}:" in out, out
+        assert "# RayService ray-staging/text-service" in out, out
+        assert "Plan: 2 to create" in out, out
 
 
 def test_a_warm_build_reuses_the_archive(archive: Path) -> None:

@@ -98,7 +98,7 @@ IGNORED_PARTS = {"__pycache__"}
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 IMAGE_NAME = "localhost/gitray"
 INPUTS_LABEL = "io.gitray.testenv.inputs"
-RECIPE = 1  # bump when the build command below changes
+RECIPE = 2  # bump when the build command below changes
 KEEP_BUILDS = 3  # archives of other source versions kept in the cache
 
 
@@ -499,6 +499,8 @@ def build_gitray_image(cache_dir: Path | None = None,
     Cached by the hash of its inputs (`INPUTS`, the base image's key and this recipe); one line
     of output with the time it took. Interrupted builds leave only temporary files and working
     containers, removed by the next run."""
+    from tests.testenv import goimage  # it builds on this module
+
     t0 = time.monotonic()
     images = images_dir(cache_dir)
     with _lock(images, say):
@@ -518,9 +520,11 @@ def build_gitray_image(cache_dir: Path | None = None,
             # Working containers left by an interrupted build (the storage is ours alone).
             buildah(cache_dir, "rm", "--all", log=log)
             load_base_image(cache_dir, base, log)
+            goimage.ensure_go_image(cache_dir, log, say)
             iidfile = work / "image-id"
             buildah(cache_dir, "build", "--quiet", "--isolation", "chroot", "--format", "docker",
                     "--pull=never", "--layers=false", "--file", str(REPO / "Dockerfile"),
+                    *goimage.volumes(), "--build-arg", f"GO_IMAGE={goimage.GO_TAG}",
                     "--tag", tag, "--build-arg", f"PYTHON_IMAGE={BASE_TAG}",
                     "--build-arg", f"VERSION={gitray_version()}",
                     "--label", f"{INPUTS_LABEL}={key}", "--iidfile", str(iidfile), str(REPO),
@@ -547,11 +551,13 @@ def build_gitray_image(cache_dir: Path | None = None,
 
 
 def run_in_image(archive: Path, commands: list[list[str]], cache_dir: Path | None = None,
-                 user: str | None = None) -> list[subprocess.CompletedProcess[str]]:
+                 user: str | None = None, volumes: list[str] | None = None,
+                 ) -> list[subprocess.CompletedProcess[str]]:
     """Run each command in one working container made from the archive (``buildah from
     docker-archive:…`` + ``buildah run``, chroot isolation, the image's user unless `user`);
     the container and the loaded image are removed afterwards. Returns the completed processes
-    (stdout and stderr captured; a failing command is returned, not raised)."""
+    (stdout and stderr captured; a failing command is returned, not raised). `volumes` are
+    ``HOST:CONTAINER[:OPTIONS]`` bind mounts for every command."""
     d = buildah_dir(cache_dir)
     base_args = ["buildah", "--root", str(d / "root"), "--runroot", str(d / "runroot"),
                  "--storage-driver", "vfs"]
@@ -565,6 +571,7 @@ def run_in_image(archive: Path, commands: list[list[str]], cache_dir: Path | Non
         try:
             for cmd in commands:
                 extra = ["--user", user] if user else []
+                extra += [arg for v in volumes or [] for arg in ("--volume", v)]
                 results.append(subprocess.run(
                     [*base_args, "run", "--isolation", "chroot", *extra, name, "--", *cmd],
                     env=env, capture_output=True, text=True, check=False))

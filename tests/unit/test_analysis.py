@@ -14,6 +14,7 @@ from gitray.plans.rayservice.analysis import (
     Check,
     CheckType,
     Pause,
+    Probe,
     land_pauses,
     parse_analysis,
 )
@@ -161,13 +162,74 @@ def test_a_bad_analysis_gets_one_located_error(case: str) -> None:
     assert len(found) == 1 and found[0].startswith(expected), found
 
 
-def test_analysis_on_a_blue_green_service_is_refused() -> None:
-    found = problems("checks: [{type: serve-health}]", strategy="  upgradeStrategy: "
-                     "{type: NewCluster}")
+BLUE_GREEN = "  upgradeStrategy: {type: NewCluster}"
+IN_PLACE = "  upgradeStrategy: {type: None}"
+
+
+def test_analysis_on_a_service_upgraded_in_place_is_refused() -> None:
+    found = problems("checks: [{type: serve-health}]", strategy=IN_PLACE)
     assert found == [f"m.yaml:{ANALYSIS_LINE - 1}:5: metadata.annotations.gitray.io/analysis "
-                     "only applies to upgradeStrategy.type NewClusterWithIncrementalUpgrade (it "
-                     "checks the new cluster while traffic moves to it step by step); remove it "
-                     "or set that type"]
+                     "only applies to an upgrade that builds a new cluster (upgradeStrategy."
+                     "type NewCluster or NewClusterWithIncrementalUpgrade): it checks the new "
+                     "cluster before it takes the traffic; remove it or set one of those types"]
+
+
+@pytest.mark.parametrize("analysis", [
+    "checks: [{type: serve-health}]",
+    "approve: true",
+    "{checks: [{type: success-rate, min: 99}], probe: {path: /hello}, window: 1m}",
+    "{checks: [{type: latency, maxMs: 300}, {type: webhook, url: 'http://g/x'}], "
+    "probe: {path: /, requests: 5}, failureLimit: 2, keepFailedClusters: true, approve: true}",
+], ids=["serve-health", "approve alone", "success rate by probe", "everything"])
+def test_gates_of_a_blue_green_service_are_accepted(analysis: str) -> None:
+    assert problems(analysis, strategy=BLUE_GREEN) == []
+
+
+def test_blue_green_settings_are_read() -> None:
+    analysis, found, _ = parse_analysis(
+        "{checks: [{type: success-rate, min: 90}], probe: {path: /hello}, window: 2m, "
+        "approve: true}")
+    assert found == [] and analysis is not None
+    assert (analysis.approve, analysis.window_s, analysis.probe) == (True, 120,
+                                                                     Probe("/hello", 20))
+    defaults = parse_analysis("{}")[0]
+    assert defaults is not None
+    assert (defaults.approve, defaults.window_s, defaults.probe) == (False, 30, None)
+
+
+GATE_CASES = {
+    "pauses on blue-green": (
+        "pauses: [{atPercent: 50}]", BLUE_GREEN,
+        "pauses apply to incremental upgrades only; hold a blue-green upgrade before its "
+        "switch with approve: true"),
+    "metrics on blue-green": (
+        "{metrics: {url: 'http://m/metrics'}, checks: [{type: serve-health}]}", BLUE_GREEN,
+        "metrics apply to incremental upgrades only"),
+    "success rate without a probe": (
+        "checks: [{type: success-rate, min: 99}]", BLUE_GREEN,
+        "checks[0]: a success-rate check of a blue-green upgrade measures requests gitray "
+        "sends: set probe: {path: /...}"),
+    "approve on incremental": (
+        "approve: true", INCREMENTAL, "approve applies to blue-green upgrades"),
+    "probe on incremental": (
+        "{probe: {path: /}, checks: [{type: serve-health}]}", INCREMENTAL,
+        "probe applies to blue-green upgrades"),
+    "window on incremental": ("window: 10s", INCREMENTAL, "window applies to blue-green"),
+    "a probe path without a slash": (
+        "probe: {path: hello}", BLUE_GREEN, "probe.path: 'hello' is not valid: the request path"),
+    "no requests": ("probe: {path: /, requests: 0}", BLUE_GREEN,
+                    "probe.requests: 0 is less than the minimum of 1"),
+}
+
+
+@pytest.mark.parametrize("case", GATE_CASES)
+def test_a_gate_setting_of_the_wrong_strategy_gets_one_located_error(case: str) -> None:
+    analysis, strategy, expected = GATE_CASES[case]
+    found = problems(analysis, strategy)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"m.yaml:{ANALYSIS_LINE}:"), found
+    assert "metadata.annotations.gitray.io/analysis: " in found[0], found
+    assert expected in found[0], found
 
 
 @pytest.mark.parametrize(("pauses", "weights", "landed"), [

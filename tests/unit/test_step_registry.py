@@ -106,9 +106,10 @@ def test_the_flags_the_engine_reads() -> None:
     k = STEP_KINDS
     assert {t for t in StepType if not k[t].mutates} == {
         StepType.WAIT_CLUSTER_READY, StepType.WAIT_SERVE_RUNNING, StepType.WAIT_JOB,
-        StepType.WAIT_INTERVAL, StepType.PAUSE}
+        StepType.WAIT_INTERVAL, StepType.PAUSE, StepType.AWAIT_APPROVAL}
     assert {t for t in StepType if k[t].moves_traffic} == {
         StepType.SWITCH_SERVICE, StepType.CREATE_SERVICE, StepType.SHIFT_TRAFFIC}
     assert {t for t in StepType if k[t].supersedable} == {
-        StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING}
+        StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING,
+        StepType.AWAIT_APPROVAL}
     assert {t for t in StepType if k[t].holds} == {StepType.WAIT_INTERVAL, StepType.PAUSE}

@@ -6,6 +6,11 @@ apply`` from a laptop or CI runs), a URL naming a Service by its cluster DNS nam
 (``<service>.<namespace>.svc[.<domain>]``) is fetched through the API server's service proxy
 with the Kubernetes client's own credentials, as the Ray dashboards are (needs ``get`` on
 ``services/proxy`` in that namespace). Webhooks are dialled directly.
+
+A blue-green gate's probe (``serve_get``) sends GET requests to the new cluster's own serve
+Service the same way (through the service proxy, or to its cluster DNS name in the cluster);
+:func:`probe_traffic` turns the answers into the :class:`Traffic` the success-rate and latency
+checks judge (no answer counts as a server error).
 """
 
 from __future__ import annotations
@@ -17,12 +22,25 @@ import httpx
 
 from gitray.core.config import DashboardMode
 from gitray.core.errors import TransientError
+from gitray.engine.incremental.gatewaymetrics import Traffic
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["MAX_METRICS_BYTES", "HttpProbe", "service_proxy_path"]
+__all__ = ["MAX_METRICS_BYTES", "HttpProbe", "probe_traffic", "service_proxy_path"]
 
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 _METRICS_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+_PROBE_TIMEOUT_S = 10.0
+
+
+def probe_traffic(codes: list[int | None], durations: list[float]) -> Traffic:
+    """What a probe's requests measured: their count, the server errors (5xx, or no answer)
+    and their durations as a cumulative histogram (one bound per request)."""
+    errors = sum(1 for c in codes if c is None or c >= 500)
+    ordered = sorted(durations)
+    buckets = tuple((d, float(i + 1)) for i, d in enumerate(ordered))
+    if buckets:
+        buckets += ((float("inf"), float(len(ordered))),)
+    return Traffic(float(len(codes)), float(errors), buckets)
 
 
 def service_proxy_path(url: str) -> str | None:
@@ -80,3 +98,19 @@ class HttpProbe:
                 return client.post(url, json=dict(payload)).status_code, ""
         except httpx.HTTPError as e:
             return None, type(e).__name__
+
+    def serve_get(self, namespace: str, service: str, port: int, path: str) -> int | None:
+        """GET ``path`` from a serve Service: its HTTP status, None without an answer."""
+        if self._resolver.mode is DashboardMode.PROXY:
+            try:
+                r = self._resolver.kube.request(
+                    "GET", f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"
+                    f"{path}", timeout_s=_PROBE_TIMEOUT_S)
+            except TransientError:
+                return None
+            return r.status
+        try:
+            with httpx.Client(timeout=_PROBE_TIMEOUT_S) as client:
+                return client.get(f"http://{service}.{namespace}.svc:{port}{path}").status_code
+        except httpx.HTTPError:
+            return None

@@ -137,7 +137,7 @@ class RunSteering:
         what = control(signal, key, revision, desired_hash, step)
         if signal is None or what is Control.NONE:
             return Control.NONE, ""
-        if what in {Control.STALE, Control.PROMOTE}:
+        if what in {Control.STALE, Control.PROMOTE, Control.APPROVE}:
             self._store.consume(signal, self._fence, self._instance)
         if what is Control.STALE:
             return Control.NONE, ""

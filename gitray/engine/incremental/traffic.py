@@ -34,13 +34,15 @@ from gitray.engine.incremental.checks import (
     webhook,
 )
 from gitray.engine.incremental.gatewaymetrics import Series, parse_text, traefik_service, window
-from gitray.engine.incremental.probes import HttpProbe
+from gitray.engine.incremental.gatewaymetrics import Traffic as GatewayTraffic
+from gitray.engine.incremental.probes import HttpProbe, probe_traffic
 from gitray.engine.incremental.upgradecontrol import Control
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step, StepType
 from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.serve import live_config_at
 from gitray.plans.steptypes import (
+    AwaitApprovalParams,
     RunAnalysisParams,
     SetCapacityParams,
     ShiftTrafficParams,
@@ -52,7 +54,8 @@ __all__ = ["TRAFFIC_STEPS", "Steering", "Traffic", "capacity_config", "route_acc
 
 Report = Callable[[str], None]
 TRAFFIC_STEPS = frozenset({StepType.SET_SERVE_CAPACITY, StepType.SHIFT_TRAFFIC,
-                           StepType.WAIT_INTERVAL, StepType.PAUSE, StepType.RUN_ANALYSIS})
+                           StepType.WAIT_INTERVAL, StepType.PAUSE, StepType.RUN_ANALYSIS,
+                           StepType.AWAIT_APPROVAL})
 SIGNAL_POLL_S = 2.0  # how often a hold asks for promote/abort
 REPORT_EVERY_S = 30.0  # progress lines of a hold
 ROUTE_STATUS_S = 30.0  # how long a shift looks for the controller's verdict on the route
@@ -84,6 +87,8 @@ class Traffic:
                 return self._shift(ns, step, report)
             case StepType.RUN_ANALYSIS:
                 return self._analyse(ns, step, report, steering)
+            case StepType.AWAIT_APPROVAL:
+                return self._await_approval(step, report, steering)
             case _:
                 return self._hold(step, report, deadline, steering)
 
@@ -157,6 +162,24 @@ class Traffic:
                     else f"waiting for `{p.get('promote')}`"))
             self.clock.sleep(min(left, SIGNAL_POLL_S if steering is not None else 5.0))
 
+    def _await_approval(self, step: Step, report: Report, steering: Steering | None) -> str:
+        """A blue-green upgrade's gate: hold until ``gitray approve`` (abortable)."""
+        p = typed_params(step, AwaitApprovalParams)
+        if steering is None:
+            raise TerminalError(f"an approval gate needs run records (to read `{p.approve}`); "
+                                "none are kept here")
+        last_report = self.clock.monotonic()
+        while True:
+            what, who = steering.check(step)
+            if what is Control.ABORT:
+                raise Aborted(f"aborted by gitray abort ({who})")
+            if what is Control.APPROVE:
+                return f"approved: the switch to {p.cluster} goes ahead ({who})"
+            if self.clock.monotonic() - last_report >= REPORT_EVERY_S:
+                last_report = self.clock.monotonic()
+                report(f"waiting for `{p.approve}` before switching to {p.cluster}")
+            self.clock.sleep(SIGNAL_POLL_S)
+
     # ---- analysis -----------------------------------------------------------------------
 
     def _scrape(self, url: str, names: tuple[str, ...], report: Report
@@ -188,12 +211,17 @@ class Traffic:
             names = (str(metrics["requests"]), str(metrics["durations"]) + "_bucket")
         before = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
         seconds = float(p.window_seconds or 0)
-        self._hold(Step(step.id, StepType.WAIT_INTERVAL, step.target,
-                        {"percent": percent, "cluster": cluster}),
-                   lambda line: report(f"analysis window: {line}"),
-                   Deadline(seconds, self.clock), steering)
-        after = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
         backend = p.backend if isinstance(p.backend, Mapping) else {}
+        probe = step.params.get("probe")
+        probed = None
+        if isinstance(probe, Mapping) and any(c.get("type") in _METRIC_CHECKS for c in checks):
+            probed = self._probe(ns, str(backend.get("service")), probe, seconds, report)
+        else:
+            self._hold(Step(step.id, StepType.WAIT_INTERVAL, step.target,
+                            {"percent": percent, "cluster": cluster}),
+                       lambda line: report(f"analysis window: {line}"),
+                       Deadline(seconds, self.clock), steering)
+        after = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
         service = traefik_service(str(backend.get("namespace")), str(backend.get("service")),
                                   int(backend.get("port") or 0))
         results: list[CheckResult] = []
@@ -201,6 +229,9 @@ class Traffic:
             kind = str(check.get("type"))
             if kind == "serve-health":
                 results.append(self._serve_health(ns, cluster, str(check["name"])))
+            elif kind in _METRIC_CHECKS and probed is not None:
+                judge_probed = success_rate if kind == "success-rate" else latency
+                results.append(judge_probed(check, probed))
             elif kind in _METRIC_CHECKS:
                 if isinstance(before, str) or isinstance(after, str):
                     why = next(w for w in (before, after) if isinstance(w, str))
@@ -220,7 +251,27 @@ class Traffic:
                 status, why = self.probe.webhook(str(check["url"]), payload,
                                                  float(check.get("timeoutSeconds") or 10))
                 results.append(webhook(str(check["name"]), status, why))
-        return judge(results, f"{cluster} at {percent} % over {seconds:.0f} s")
+        gate = step.params.get("gate")
+        where = (f"{cluster} {str(gate).replace('-', ' the ')}" if isinstance(gate, str)
+                 else f"{cluster} at {percent} %")
+        return judge(results, f"{where} over {seconds:.0f} s")
+
+    def _probe(self, ns: str, service: str, probe: Mapping[str, Any], seconds: float,
+               report: Report) -> GatewayTraffic:
+        """A blue-green gate's own requests to ``service`` spread over ``seconds``."""
+        count = max(1, int(probe.get("requests") or 1))
+        port, path = int(probe.get("port") or 0), str(probe.get("path") or "/")
+        codes: list[int | None] = []
+        durations: list[float] = []
+        pause = seconds / count
+        for index in range(count):
+            began = self.clock.monotonic()
+            codes.append(self.probe.serve_get(ns, service, port, path))
+            durations.append(self.clock.monotonic() - began)
+            if (index + 1) % 10 == 0:
+                report(f"analysis window: {index + 1} of {count} requests sent to {service}")
+            self.clock.sleep(max(0.0, pause - durations[-1]))
+        return probe_traffic(codes, durations)
 
     def _serve_health(self, ns: str, cluster: str, name: str) -> CheckResult:
         try:

@@ -11,6 +11,9 @@ signal means for the step it is running.
 
 - *promote* ends the next ``pause`` of the upgrade (the one running now, or the first one
   ahead of the cursor) as soon as the executor is in it;
+- *approve* (``gitray approve <namespace>/RayService/<name>``) ends a blue-green upgrade's
+  ``await-approval`` gate (``gitray.plans.rayservice.bluegreen``), the one running now or the
+  next one ahead; it is the same fenced, compare-and-swapped signal;
 - *abort* rolls the upgrade back at the next check: at every step boundary of the upgrade and
   every ~2 s while it holds a weight (wait-interval, run-analysis, pause). Once every Service
   was switched to the new cluster an upgrade can no longer be aborted: revert the commit
@@ -60,6 +63,7 @@ SIGNAL_FORMAT_VERSION = 1
 class SignalAction(StrEnum):
     PROMOTE = "promote"
     ABORT = "abort"
+    APPROVE = "approve"  # ends a blue-green upgrade's await-approval gate
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,8 @@ def request(run: Record, action: SignalAction, existing: Signal | None, now: str
         why = f": {run.reason}" if run.reason else ""
         raise UserError(f"no upgrade of {key} is in flight: its last run {run.state.value} at "
                         f"revision {run.revision[:12]}{why}")
+    if action is SignalAction.APPROVE:
+        return _approve(run, existing, now, by)
     promotion = promotion_index(run.plan)
     if promotion is None:
         raise UserError(f"the run of {key} in flight ({_at(run)}) is not an incremental "
@@ -187,12 +193,36 @@ def request(run: Record, action: SignalAction, existing: Signal | None, now: str
                    f"promoted {key}: {where} ends {when}")
 
 
+def _approve(run: Record, existing: Signal | None, now: str, by: str) -> Request:
+    """``gitray approve``: end the await-approval gate the run is at, or the next one."""
+    key, steps = run.key, run.plan.steps
+    gate = next((i for i in range(run.cursor, len(steps))
+                 if steps[i].type is StepType.AWAIT_APPROVAL), None)
+    if gate is None:
+        raise UserError(f"nothing to approve: the run of {key} in flight has no approval gate "
+                        f"ahead (it is at {_at(run)}); set approve: true in its "
+                        "gitray.io/analysis annotation to hold a blue-green upgrade")
+    step = steps[gate]
+    where = (f"the switch to {step.params.get('cluster')} (step {gate + 1}/{len(steps)})")
+    if existing is not None and existing.pending and existing.action is SignalAction.APPROVE \
+            and existing.is_for(key, run.revision, run.desired_hash) \
+            and existing.step == step.id:
+        return Request(None, f"{where} of {key} is already approved (requested "
+                             f"{existing.requested_at})")
+    when = "now" if gate == run.cursor else "as soon as the upgrade reaches it"
+    return Request(Signal(SignalAction.APPROVE, key, run.revision, run.desired_hash, step.id,
+                          now, by, resource_version=existing.resource_version
+                          if existing else ""),
+                   f"approved {key}: {where} goes ahead {when}")
+
+
 # ---- the executor's side --------------------------------------------------------------------
 
 
 class Control(StrEnum):
     NONE = "none"  # no signal for this step: go on
     PROMOTE = "promote"  # end this pause now
+    APPROVE = "approve"  # end this approval gate now
     ABORT = "abort"  # roll the upgrade back
     STALE = "stale"  # a signal of another run (or for nothing in flight): mark it consumed
 
@@ -206,6 +236,9 @@ def control(signal: Signal | None, key: ObjectKey, revision: str, desired_hash: 
         return Control.STALE
     if signal.action is SignalAction.ABORT:
         return Control.ABORT
+    if signal.action is SignalAction.APPROVE:
+        return Control.APPROVE if step.type is StepType.AWAIT_APPROVAL \
+            and signal.step == step.id else Control.NONE
     if step.type is StepType.PAUSE and signal.step == step.id:
         return Control.PROMOTE
     return Control.NONE  # a promote for a pause further ahead: kept until it is reached

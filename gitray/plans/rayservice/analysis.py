@@ -24,6 +24,13 @@ between two files. KubeRay ignores it, so the manifest stays a valid KubeRay Ray
 
 Checks run at every traffic weight step, over that step's ``intervalSeconds``; the planner puts
 them into the plan as ``run-analysis`` steps and the pauses as ``pause`` steps.
+
+A blue-green RayService (``upgradeStrategy.type: NewCluster``, the default) takes the same
+checks as gates (``gitray.plans.rayservice.bluegreen``): they run over ``window`` against the
+new cluster through its own serve Service before the switch, and again after it while the old
+cluster still exists; success-rate and latency there measure requests gitray sends itself
+(``probe: {path: /hello, requests: 20}``); ``approve: true`` holds the switch until
+``gitray approve <namespace>/RayService/<name>``. Pauses are the incremental upgrade's only.
 """
 
 from __future__ import annotations
@@ -41,20 +48,27 @@ from gitray.parsing.yamlsafe import YamlDocument, parse_documents
 
 __all__ = [
     "ANALYSIS_PATH",
+    "STRATEGY_BLUE_GREEN",
+    "STRATEGY_INCREMENTAL",
     "Analysis",
     "Check",
     "CheckType",
     "Pause",
+    "Probe",
     "analysis_diagnostics",
     "land_pauses",
     "parse_analysis",
     "read_analysis",
 ]
 
+STRATEGY_INCREMENTAL, STRATEGY_BLUE_GREEN = "incremental", "blue-green"
+
 ANALYSIS_PATH: JsonPath = ("metadata", "annotations", ANN_ANALYSIS)
 DEFAULT_MIN_REQUESTS = 10
 DEFAULT_PERCENTILE = 95
 DEFAULT_WEBHOOK_TIMEOUT_S = 10
+DEFAULT_WINDOW_S = 30  # blue-green: each gate's analysis window
+DEFAULT_PROBE_REQUESTS = 20
 
 
 class CheckType(StrEnum):
@@ -95,6 +109,14 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Blue-green: requests gitray sends to the new cluster's serve Service per analysis."""
+
+    path: str
+    requests: int = DEFAULT_PROBE_REQUESTS
+
+
+@dataclass(frozen=True)
 class Analysis:
     checks: tuple[Check, ...] = ()
     failure_limit: int = 1
@@ -102,6 +124,9 @@ class Analysis:
     pauses: tuple[Pause, ...] = ()
     metrics_url: str = ""
     metrics_provider: str = "traefik"
+    approve: bool = False  # blue-green: hold the switch until `gitray approve`
+    window_s: int = DEFAULT_WINDOW_S  # blue-green: each gate's analysis window
+    probe: Probe | None = None  # blue-green: what success-rate and latency measure
 
 
 # where inside the annotation's YAML (a path, or a line:col for a YAML syntax error; None:
@@ -143,9 +168,6 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[Problem]:
                              f"{format_path(here)}: check name {name!r} is used twice "
                              f"(checks[{names[name]}] has it too); name each check"))
         names.setdefault(name, index)
-        if kind.reads_metrics and "metrics" not in data:
-            problems.append((here, f"{format_path(here)}: a {kind.value} check reads the "
-                             "gateway's Prometheus metrics: set metrics.url"))
         if "timeout" in check and parse_duration(check["timeout"]) < 1:
             problems.append(((*here, "timeout"), f"{format_path((*here, 'timeout'))} must be "
                              "at least 1s"))
@@ -185,10 +207,16 @@ def _build(data: Mapping[str, Any]) -> Analysis:
         (Pause(p["atPercent"], parse_duration(p["duration"]) if "duration" in p else None)
          for p in data.get("pauses") or []), key=lambda p: p.at_percent)
     metrics = data.get("metrics") or {}
+    probe = data.get("probe")
     return Analysis(checks=tuple(checks), failure_limit=data.get("failureLimit", 1),
                     keep_failed_clusters=data.get("keepFailedClusters"),
                     pauses=tuple(pauses), metrics_url=metrics.get("url", ""),
-                    metrics_provider=metrics.get("provider", "traefik"))
+                    metrics_provider=metrics.get("provider", "traefik"),
+                    approve=bool(data.get("approve", False)),
+                    window_s=parse_duration(data["window"]) if "window" in data
+                    else DEFAULT_WINDOW_S,
+                    probe=Probe(probe["path"], probe.get("requests", DEFAULT_PROBE_REQUESTS))
+                    if isinstance(probe, Mapping) else None)
 
 
 def read_analysis(manifest: Mapping[str, JSON]) -> Analysis | None:
@@ -224,12 +252,13 @@ def _weights(weights: Sequence[int]) -> str:
     return ", ".join(str(w) for w in weights)
 
 
-def analysis_diagnostics(document: YamlDocument, incremental: bool,
+def analysis_diagnostics(document: YamlDocument, strategy: str | None,
                          weights: Sequence[int] | None) -> list[Diagnostic]:
     """Problems with a RayService's ``gitray.io/analysis`` annotation, located in its file.
 
-    ``weights``: the traffic weights of its upgrade when its options are valid (to place the
-    pauses), else None.
+    ``strategy``: ``STRATEGY_INCREMENTAL``, ``STRATEGY_BLUE_GREEN`` or None (an upgrade that
+    builds no new cluster). ``weights``: the traffic weights of an incremental upgrade when its
+    options are valid (to place the pauses), else None.
     """
     meta = document.value.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
@@ -237,11 +266,12 @@ def analysis_diagnostics(document: YamlDocument, incremental: bool,
         return []
     label = f"metadata.annotations.{ANN_ANALYSIS}"
     text = annotations[ANN_ANALYSIS]
-    if not incremental:
+    if strategy is None:
         return [Diagnostic(document.locate(ANALYSIS_PATH),
-                           f"{label} only applies to upgradeStrategy.type "
-                           "NewClusterWithIncrementalUpgrade (it checks the new cluster while "
-                           "traffic moves to it step by step); remove it or set that type")]
+                           f"{label} only applies to an upgrade that builds a new cluster "
+                           "(upgradeStrategy.type NewCluster or "
+                           "NewClusterWithIncrementalUpgrade): it checks the new cluster before "
+                           "it takes the traffic; remove it or set one of those types")]
     if not isinstance(text, str):
         return [Diagnostic(document.locate(ANALYSIS_PATH),
                            f"{label} must be a string holding YAML; write it as a block: "
@@ -263,8 +293,43 @@ def analysis_diagnostics(document: YamlDocument, incremental: bool,
         return SourceLocation(key.path, literal[0] + where.line - 1, literal[1] + where.col)
 
     found = [Diagnostic(at(path), f"{label}: {message}") for path, message in problems]
+    if analysis is not None and inner is not None:
+        found += [Diagnostic(at(path), f"{label}: {message}")
+                  for path, message in _strategy_problems(inner.value, strategy)]
     if analysis is not None and weights:
         _, collisions = land_pauses(analysis.pauses, weights)
         found += [Diagnostic(at(("pauses",)), f"{label}: {message}")
                   for _, message in collisions]
+    return found
+
+
+_BLUE_GREEN_ONLY = ("approve", "window", "probe")
+
+
+def _strategy_problems(data: Mapping[str, Any], strategy: str) -> list[Problem]:
+    """Settings of one strategy written for the other."""
+    found: list[Problem] = []
+    if strategy == STRATEGY_INCREMENTAL:
+        found += [((key,), f"{key} applies to blue-green upgrades (upgradeStrategy.type "
+                  "NewCluster) only; an incremental upgrade is held with pauses and analysed "
+                  "over intervalSeconds through the gateway's metrics") for key in
+                 _BLUE_GREEN_ONLY if key in data]
+        for index, check in enumerate(data.get("checks") or []):
+            kind = CheckType(check["type"])
+            if kind.reads_metrics and "metrics" not in data:
+                found.append((("checks", index), f"checks[{index}]: a {kind.value} check "
+                              "reads the gateway's Prometheus metrics: set metrics.url"))
+        return found
+    if "pauses" in data:
+        found.append((("pauses",), "pauses apply to incremental upgrades only; hold a "
+                      "blue-green upgrade before its switch with approve: true"))
+    if "metrics" in data:
+        found.append((("metrics",), "metrics apply to incremental upgrades only (a blue-green "
+                      "upgrade sends no client traffic to the new cluster before its switch); "
+                      "set probe: {path: ...} instead"))
+    for index, check in enumerate(data.get("checks") or []):
+        if CheckType(check["type"]).reads_metrics and "probe" not in data:
+            found.append((("checks", index), f"checks[{index}]: a {check['type']} check of a "
+                          "blue-green upgrade measures requests gitray sends: set probe: "
+                          "{path: /...}"))
     return found

@@ -41,6 +41,7 @@ from gitray.plans.names import (
     service_cluster_name,
 )
 from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.rayservice.bluegreen import blue_green
 from gitray.plans.rayservice.context import Ctx, RayServiceLive, read_rayservice_live
 from gitray.plans.rayservice.fields import UPGRADE_NONE, foreign_manager, upgrade_type
 from gitray.plans.rayservice.incremental import incremental_rollback, incremental_upgrade
@@ -100,7 +101,7 @@ def plan_rayservice(
         rollback = incremental_rollback if incremental(ctx) else _instant_rollback
         action = rollback(ctx, target, serve, serve_hash)
     else:
-        upgrade = incremental_upgrade if incremental(ctx) else _blue_green
+        upgrade = incremental_upgrade if incremental(ctx) else blue_green
         action = upgrade(ctx, target, serve, serve_hash)
     changes: tuple[FieldChange, ...] = ()
     if running is not None and live_cluster_hash(running) != cluster_hash(cluster_config):
@@ -194,20 +195,6 @@ def _replica_view(spec: Mapping[str, object]) -> dict[str, object]:
         {k: g[k] for k in ("groupName", "replicas", "minReplicas", "maxReplicas") if k in g}
         for g in groups if isinstance(g, dict)
     ]} if isinstance(groups, list) else {}
-
-
-def _blue_green(ctx: Ctx, target: str, serve: Mapping[str, object],
-                serve_hash: str) -> Action:
-    """Cluster spec changed: build a pending cluster, switch traffic, retire the old one."""
-    old = ctx.live.active
-    assert old is not None
-    ctx.abandon_pending(keep=target, revert=False)
-    ctx.cleanup_previous()
-    ctx.build_new_cluster(target, serve, serve_hash)
-    ctx.point_services(target)
-    ctx.schedule_deletion(old)
-    ctx.notes.append(f"blue-green upgrade: {old} -> {target}")
-    return Action.REPLACE
 
 
 def _instant_rollback(ctx: Ctx, target: str, serve: Mapping[str, object],

@@ -1,0 +1,168 @@
+"""Gates of a blue-green RayService upgrade (issue 29 item 4) on the real environment: real
+API server, KubeRay, real Ray Serve pods on the real node, the real gitray CLI with its default
+flags (``--dashboard proxy``: the gates' requests go through the API server's service proxy to
+the new cluster's own serve Service).
+
+- a version answering HTTP 500 on every second request is stopped by the analysis before the
+  switch: the serve Service never selects its cluster (watched the whole time), the cluster
+  goes, the run fails naming the check and the value it measured;
+- ``approve: true`` holds a good version before the switch until ``gitray approve``.
+
+The switch-back after a failed after-switch analysis has unit tests only
+(tests/unit/test_gates.py): a version that degrades only after the switch is not built here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitray.core.model import ObjectKey
+from gitray.engine.record import RunState
+from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.integration.test_apply_rayservice import Cluster
+from tests.manifests import dump, gitray_config, serve_config
+from tests.testenv.helpers import TestEnv, wait_for
+
+SVC = "fruit"
+SERVE_SVC, HEAD_SVC = f"{SVC}-serve-svc", f"{SVC}-head-svc"
+
+
+def _rayservice(ns: str, version: int, analysis: dict[str, Any] | None,
+                fail_every: int = 0) -> str:
+    """The hello app answering ``v<version>`` (every ``fail_every``-th request an HTTP 500)
+    on a cluster spec of its own, upgraded blue-green, gated by ``analysis``."""
+    args: dict[str, Any] = {"greeting": f"v{version}"}
+    if fail_every:
+        args["fail_every"] = fail_every
+    doc = real_node_rayservice(ns, serve=serve_config(("hello", "/hello", "hello:build"),
+                                                      args=args),
+                               workers=0, name=SVC, revision=version)
+    if analysis is not None:
+        doc["metadata"]["annotations"] = {"gitray.io/analysis": dump(analysis)}
+    return dump(doc)
+
+
+GATES = {"checks": [{"type": "serve-health"},
+                    {"type": "success-rate", "min": 99, "minRequests": 10}],
+         "probe": {"path": "/hello", "requests": 20}, "window": "10s"}
+
+
+class SelectorLog:
+    """Every cluster the serve and head Services selected while it ran (polled every 0.5 s)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.seen = cluster, set[str]()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for service in (SERVE_SVC, HEAD_SVC):
+                with contextlib.suppress(Exception):  # a failed read is read again
+                    self.seen.add(self.cluster.selector(service)["ray.io/cluster"])
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> SelectorLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def setup(testenv: TestEnv, namespace: str, tmp_path: Path
+          ) -> tuple[GitOpsRepo, Gitray, Cluster, str]:
+    repo, gitray = GitOpsRepo(tmp_path / "repo"), Gitray(testenv.kubeconfig, namespace)
+    cluster = Cluster(testenv, namespace)
+    repo.commit("v1", {"gitray.yaml": gitray_config("10s", namespace),
+                       "svc.yaml": _rayservice(namespace, 1, GATES)})
+    first = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
+    assert first.returncode == 0, output(first)
+    (blue,) = cluster.rayclusters()
+    assert cluster.http(blue, "/hello") == "v1"
+    return repo, gitray, cluster, blue
+
+
+def test_a_version_failing_half_its_requests_is_stopped_before_the_switch(
+        setup: tuple[GitOpsRepo, Gitray, Cluster, str], namespace: str) -> None:
+    repo, gitray, cluster, blue = setup
+    repo.commit("v2 fails every 2nd request",
+                {"svc.yaml": _rayservice(namespace, 2, GATES, fail_every=2)})
+    with SelectorLog(cluster) as log:
+        result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
+    assert result.returncode == 1, output(result)
+    # the value measured: about half of the gate's 20 requests failed (HTTP 500)
+    measured = re.search(r"run-analysis failed: success-rate (\d+\.\d) % < 99 % \((\d+) of "
+                         r"(\d+) requests\) on \S+ before the switch over 10 s", result.stderr)
+    assert measured is not None, output(result)
+    assert 40.0 <= float(measured[1]) <= 60.0 and measured[3] == "20", output(result)
+    # no request reached v2 through the stable Services: they never selected it
+    assert log.seen == {blue}, log.seen
+    assert " switch-service " not in result.stdout, output(result)
+    wait_for(lambda: list(cluster.rayclusters()) == [blue] or None, timeout=120,
+             what="v2's cluster deleted")
+    wait_for(lambda: not [s for s in cluster.env.core.list_namespaced_service(namespace).items
+                          if s.metadata.name.endswith("-serve-svc")
+                          and s.metadata.name not in {SERVE_SVC, f"{blue}-serve-svc"}]
+             or None, timeout=60, what="v2's own serve Service deleted")
+    assert cluster.http(blue, "/hello") == "v1"
+    record = cluster.record(ObjectKey("RayService", namespace, SVC))
+    assert record is not None and record.state is RunState.FAILED
+    assert f"success-rate {measured[1]} %" in record.reason, record.reason
+
+
+def test_approve_holds_the_switch_until_gitray_approve(
+        setup: tuple[GitOpsRepo, Gitray, Cluster, str], namespace: str) -> None:
+    repo, gitray, cluster, blue = setup
+    key = f"{namespace}/RayService/{SVC}"
+    early = gitray.run("approve", key)
+    assert early.returncode != 0 and "no upgrade of" in early.stderr, output(early)
+    assert "Traceback" not in early.stderr
+    repo.commit("v2, approved by hand", {"svc.yaml": _rayservice(
+        namespace, 2, {**GATES, "approve": True})})
+    proc = gitray.popen("apply", "--repo", str(repo.path), "--yes")
+    lines: list[str] = []
+    held = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if " await-approval " in line and line.rstrip().endswith("..."):  # its start
+                held.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert held.wait(900), "".join(lines)
+        status = gitray.run("status", "--repo", str(repo.path))
+        assert "await-approval" in status.stdout, output(status)
+        assert "held before the switch to " in status.stdout, output(status)
+        assert f"until `gitray approve {key}`" in status.stdout, output(status)
+        time.sleep(10)  # held: nothing switches while nobody approves
+        assert proc.poll() is None, "".join(lines)
+        assert cluster.selector(SERVE_SVC)["ray.io/cluster"] == blue
+        green = next(n for n in cluster.rayclusters() if n != blue)
+        assert cluster.http(green, "/hello") == "v2"
+        approved = gitray.run("approve", key)
+        assert approved.returncode == 0, output(approved)
+        assert f"approved {key}" in approved.stdout, output(approved)
+        assert proc.wait(600) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        reader.join(10)
+    text = "".join(lines)
+    assert "approved: the switch to" in text, text
+    assert cluster.selector(SERVE_SVC)["ray.io/cluster"] == green
+    assert cluster.selector(HEAD_SVC)["ray.io/cluster"] == green
