@@ -18,7 +18,7 @@ promote`` and ``gitray abort`` (read at every step boundary before the promotion
 holds); a ``run-analysis`` that fails is counted in the run record and, below its ``failureLimit``,
 run again (the weight held); once traffic moved, any failure — the limit reached, an abort, a step
 failed for good — rolls the upgrade back: all traffic to the old cluster, its capacity restored,
-the new cluster deleted (or kept, marked failed).
+the new cluster deleted (or kept, marked failed) (``gitray.engine.undo``).
 A blue-green upgrade's gates (``gitray.engine.gates``): ``gitray approve`` ends its approval
 gate; its after-switch analysis failing switches both Services back to the old cluster.
 
@@ -34,7 +34,7 @@ parallel up to ``maxParallel``. A failed wave stops the waves after it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,20 +48,19 @@ from gitray.core.errors import (
     TerminalError,
     TransientError,
 )
-from gitray.core.model import ANN_FAILED, API_VERSION_RAY, Kind, ObjectKey
+from gitray.core.model import Kind, ObjectKey
 from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Backoff
 from gitray.engine import failpoints
 from gitray.engine.actions import Actions
 from gitray.engine.deadlines import Budget, step_budget
 from gitray.engine.fence import Fence
-from gitray.engine.gates import gated, keep_failed, own_service, switch_back_of
+from gitray.engine.gates import gated
 from gitray.engine.incremental.signals import RunSteering, SignalStore
 from gitray.engine.incremental.upgradecontrol import (
     check_failure_limit,
     failure_limit,
     promotion_index,
-    rollback_of,
 )
 from gitray.engine.parking import PARKABLE, Parked, parking
 from gitray.engine.progress import ProgressStore
@@ -73,7 +72,8 @@ from gitray.engine.record import (
     StepStatus,
     utc_now,
 )
-from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.engine.undo import Undoing, traffic_moved
+from gitray.plans.plan import Plan, Step, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
 from gitray.plans.steptypes import STEP_KINDS
 
@@ -141,7 +141,7 @@ class _Run:
     failures: list[str]  # failed analyses so far
 
 
-class Executor:
+class Executor(Undoing):
     def __init__(self, actions: Actions, fence: Fence, config: Config,
                  progress: ProgressStore | None = None, reporter: Reporter | None = None,
                  signals: SignalStore | None = None,
@@ -221,21 +221,7 @@ class Executor:
             try:
                 message = self._attempt(wp, index, step, budget, run)
             except TerminalError as e:
-                self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
-                record = self._record(run.record, step, StepStatus.FAILED, str(e), started)
-                cleanup = self._clean_up_failure(wp, index)
-                if isinstance(e, Aborted) and run.steering is not None:
-                    run.steering.consume_abort()
-                reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
-                if cleanup:
-                    messages.append(cleanup)
-                    if cleanup.startswith(("rolled back", "rollback", "switched back",
-                                           "switch-back")):
-                        reason += f"; {cleanup}"
-                if record is not None and self.progress is not None:
-                    self.progress.finish(record, RunState.FAILED, reason)
-                return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total,
-                                       tuple(messages))
+                return self._failed(wp, index, e, run, started, messages)
             except Parked as e:
                 return WorkloadOutcome(wp.key, Outcome.WAITING, e.detail, index, total,
                                        tuple(messages), self._waiting(step, e, budget, began))
@@ -256,6 +242,25 @@ class Executor:
         if record is not None and self.progress is not None:
             self.progress.finish(record, RunState.SUCCEEDED)
         return WorkloadOutcome(wp.key, Outcome.SUCCEEDED, "", total, total, tuple(messages))
+
+    def _failed(self, wp: WorkloadPlan, index: int, e: TerminalError, run: _Run, started: str,
+                messages: list[str]) -> WorkloadOutcome:
+        """Step ``index`` failed for good: say so, record it, clean up (a RayService upgrade is
+        taken back: ``gitray.engine.undo``), and end the run failed."""
+        step, total = wp.steps[index], len(wp.steps)
+        self._emit(StepEvent(wp.key, index + 1, total, step, "failed", str(e)))
+        record = self._record(run.record, step, StepStatus.FAILED, str(e), started)
+        cleanup = self._clean_up_failure(wp, index)
+        if isinstance(e, Aborted) and run.steering is not None:
+            run.steering.consume_abort()
+        reason = f"step {index + 1}/{total} {step.type.value} failed: {e}"
+        if cleanup:
+            messages.append(cleanup)
+            if cleanup.startswith(("rolled back", "rollback", "switched back", "switch-back")):
+                reason += f"; {cleanup}"
+        if record is not None and self.progress is not None:
+            self.progress.finish(record, RunState.FAILED, reason)
+        return WorkloadOutcome(wp.key, Outcome.FAILED, reason, index, total, tuple(messages))
 
     def _waiting(self, step: Step, parked: Parked, budget: Budget | None,
                  began: float) -> Waiting:
@@ -366,63 +371,6 @@ class Executor:
                 self.actions.clock.sleep(pause)
                 spent += pause
 
-    def _roll_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
-        """An incremental upgrade failed once traffic moved: take it back (None: no traffic
-        had moved, or it was promoted already)."""
-        rollback = rollback_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
-        if rollback is None:
-            return None
-        problems, stuck = self._undo(wp, failed_at, rollback.steps, StepType.SHIFT_TRAFFIC)
-        if stuck is not None:
-            return (f"rollback incomplete: could not send all traffic back to "
-                    f"{rollback.old} ({stuck[1]}); {rollback.new} is left in place")
-        return (f"rolled back: all traffic to {rollback.old} at full Serve capacity, "
-                + self._undone(wp, rollback.new, rollback.keep, problems))
-
-    def _switch_back(self, wp: WorkloadPlan, failed_at: int) -> str | None:
-        """A blue-green upgrade's after-switch gate failed: both Services back to the old
-        cluster, the new one deleted (or kept); None when it was no such gate."""
-        back = switch_back_of(wp, failed_at, self.config.rayservice.keep_failed_clusters)
-        if back is None:
-            return None
-        problems, stuck = self._undo(wp, failed_at, back.steps, StepType.SWITCH_SERVICE)
-        if stuck is not None:
-            return (f"switch-back incomplete: could not point the {stuck[0].params['role']}"
-                    f" Service at {back.old} ({stuck[1]}); {back.new} is left in place")
-        return (f"switched back: head and serve Service to {back.old}, "
-                + self._undone(wp, back.new, back.keep, problems))
-
-    def _undo(self, wp: WorkloadPlan, failed_at: int, steps: Sequence[Step], critical: StepType
-              ) -> tuple[list[str], tuple[Step, Exception] | None]:
-        """Run an undo's steps: the problems of those that failed, and the first `critical`
-        one that failed (the undo stops there: the new cluster must stay)."""
-        problems: list[str] = []
-        for step in steps:
-            try:
-                self._run_step(wp, failed_at, step, None)
-            except (TerminalError, TransientError) as e:
-                if step.type is critical:
-                    return problems, (step, e)
-                problems.append(f"{step.type.value} {step.target}: {e}")
-        return problems, None
-
-    def _undone(self, wp: WorkloadPlan, new: str, keep: bool, problems: list[str]) -> str:
-        """The tail of an undo's line: the new cluster deleted or kept (marked), problems."""
-        kept = self._mark_failed(wp, new) if keep else ""
-        where = f"{new} kept for debugging" if keep else f"{new} deleted"
-        return where + "".join(f"; {p}" for p in problems) + (f"; {kept}" if kept else "")
-
-    def _mark_failed(self, wp: WorkloadPlan, cluster: str) -> str:
-        """Annotate a kept failed cluster; "" or why it could not be."""
-        try:
-            self.fence.ensure_held()
-            self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster,
-                                    {"metadata": {"annotations": {
-                                        ANN_FAILED: "upgrade failed; kept for debugging"}}})
-        except (TransientError, TerminalError) as e:
-            return f"could not mark {cluster} failed: {e}"
-        return ""
-
     def _supersede_check(self, wp: WorkloadPlan, index: int, step: Step
                          ) -> SupersedeCheck | None:
         """The check for a newer commit, where one may end the run: a RayService's wait
@@ -430,46 +378,9 @@ class Executor:
         from there, e.g. an instant rollback)."""
         if (self.superseded is None or wp.key.kind != Kind.RAY_SERVICE.value
                 or not wp.desired_hash or not STEP_KINDS[step.type].supersedable
-                or _traffic_moved(wp, index)):
+                or traffic_moved(wp, index)):
             return None
         return self.superseded
-
-    def _clean_up_failure(self, wp: WorkloadPlan, failed_at: int) -> str:
-        """A RayService upgrade failed: an incremental one that moved traffic is rolled back;
-        one that failed before traffic moved has its new cluster removed (or marked)."""
-        if wp.key.kind != Kind.RAY_SERVICE.value:
-            return ""
-        switched_back = self._switch_back(wp, failed_at)
-        if switched_back is not None:
-            return switched_back
-        rolled_back = self._roll_back(wp, failed_at)
-        if rolled_back is not None:
-            return rolled_back
-        if _traffic_moved(wp, failed_at):
-            return ""  # traffic already moved: leave everything for the next plan to settle
-        new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]
-        if not new:
-            return ""
-        cluster = new[0]
-        try:
-            self.fence.ensure_held()
-            if keep_failed(wp, self.config.rayservice.keep_failed_clusters):
-                self.actions.kube.patch(API_VERSION_RAY, "RayCluster", wp.key.namespace,
-                                        cluster, {"metadata": {"annotations": {
-                                            ANN_FAILED: "upgrade failed; kept for debugging"}}})
-                return f"kept failed cluster {cluster} for debugging"
-            if (service := own_service(wp, cluster)) is not None:  # a gate's: it goes too
-                self.actions.kube.delete("v1", "Service", wp.key.namespace, service)
-            self.actions.kube.delete(API_VERSION_RAY, "RayCluster", wp.key.namespace, cluster)
-            return f"deleted failed pending cluster {cluster}"
-        except (TransientError, TerminalError) as e:
-            return f"could not clean up {cluster}: {e}"
-
-
-def _traffic_moved(wp: WorkloadPlan, index: int) -> bool:
-    """Whether a step before ``index`` created or switched a Service (traffic may have moved)."""
-    return any(STEP_KINDS[s.type].moves_traffic for s in wp.steps[:index])
-
 
 def failed_outcomes(outcomes: Iterable[WorkloadOutcome]) -> list[WorkloadOutcome]:
     return [o for o in outcomes if o.outcome is Outcome.FAILED]

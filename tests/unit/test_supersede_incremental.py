@@ -4,7 +4,7 @@ Service switches of a blue-green one (pure: the executor's rule on planned steps
 
 from __future__ import annotations
 
-from gitray.engine.executor import _traffic_moved
+from gitray.engine.undo import traffic_moved as _traffic_moved
 from gitray.plans.plan import StepType
 from gitray.plans.steptypes import STEP_KINDS
 from tests.unit.builders import live, rayservice
