@@ -42,7 +42,8 @@ from gitray.core.model import Kind, ObjectKey
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.plans.plan import Plan, WorkloadPlan
 
-__all__ = ["Fleet", "Flight", "Parked", "dispatchable", "due", "order_of", "recheck_delay"]
+__all__ = ["Fleet", "Flight", "Parked", "checks_at", "dispatchable", "due", "order_of",
+           "recheck_delay"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -68,6 +69,7 @@ class Flight:
     step: str = ""  # "3/6 wait-cluster-ready svc-1a2b3" ("" before its first step)
     step_started: float = 0.0  # monotonic
     checks: int = 0  # how often its wait was checked and parked again
+    parked_at: str = ""  # the id of the step it last parked at
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,15 @@ def recheck_delay(checks: int, left: float | None) -> float:
     of its timeout). Pure."""
     delay = min(RECHECK_FIRST_S * 2.0 ** min(max(checks, 0), 16), RECHECK_CAP_S)
     return delay if left is None else max(0.0, min(delay, left))
+
+
+def checks_at(flight: Flight, step_id: str) -> int:
+    """How often the wait at ``step_id`` was checked, as the run of ``flight`` parks there:
+    once more than its flight says when it parked at that step before (resumed there, checked
+    by its run, parked again: the waits a LIST does not settle are counted so, the others
+    also by each round that finds them not settled), 0 at a new wait step (its backoff starts
+    over). Pure."""
+    return flight.checks + 1 if flight.parked_at == step_id else 0
 
 
 def due(parked: Mapping[ObjectKey, Parked], now: float) -> list[ObjectKey]:
@@ -228,6 +239,8 @@ class Fleet:
         """Park the run of ``key``; False when shutting down (not parked: handed over)."""
         now = self._monotonic()
         deadline = None if waiting.left is None else now + waiting.left
+        flight = replace(flight, checks=checks_at(flight, waiting.step.id),
+                         parked_at=waiting.step.id)
         with self._lock:  # (``stop`` takes it too: a run parks before it, or is handed over)
             if self._stopping.is_set():
                 return False

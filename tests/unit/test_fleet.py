@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +18,7 @@ from gitray.daemon.fleet import (
     Fleet,
     Flight,
     Parked,
+    checks_at,
     dispatchable,
     due,
     order_of,
@@ -380,4 +383,49 @@ def test_a_parked_wait_resumed_at_the_same_step_is_not_announced_again() -> None
         assert fleet.stepped(RC0, "1/1 x")  # (not in flight: nothing to compare with)
     finally:
         gate.set()
+        fleet.shutdown()
+
+
+SERVE_WAIT = Step("w4", StepType.WAIT_SERVE_RUNNING, "svc-1")
+NEXT_WAIT = Step("w6", StepType.PAUSE, "svc-2")
+
+
+def test_checks_at_count_on_at_the_same_wait_step_and_start_over_at_a_new_one() -> None:
+    flight = Flight("abc", "h1", 0, 0.0)
+    assert checks_at(flight, "w4") == 0  # (never parked)
+    assert checks_at(replace(flight, checks=3, parked_at="w4"), "w4") == 4
+    assert checks_at(replace(flight, checks=3, parked_at="w2"), "w4") == 0
+
+
+def test_a_wait_its_run_checks_itself_is_rechecked_later_and_later_too() -> None:
+    """A wait no LIST settles (Serve RUNNING, a pause until promoted) is released whenever it
+    is due and checked by its run, which parks again: each such check counts, so it is
+    checked after 2, 4, 8, then every 15 s — not by a whole pass every 2 s for as long as it
+    waits (a pause until promoted may wait for hours). A new wait step starts over."""
+    ends, clock = Ends(), Clock()
+    fleet = Fleet(1, ends, monotonic=clock)
+
+    def waits_at(step: Step) -> Callable[[], WorkloadOutcome]:
+        return lambda: WorkloadOutcome(RS1, Outcome.WAITING, "x", 3, 6,
+                                       waiting=Waiting(step, "x", None))
+
+    def parked_again(step: Step) -> Parked:
+        fleet.rechecked([RS1], [])  # (a round releases it: its run checks it)
+        assert fleet.dispatch(wp(RS1, 0, True), "abc", "run", waits_at(step))
+        for _ in range(3000):
+            if RS1 in fleet.parked():
+                return fleet.parked()[RS1]
+            threading.Event().wait(0.01)
+        raise AssertionError("not parked again")
+
+    try:
+        assert fleet.dispatch(wp(RS1, 0, True), "abc", "commit", waits_at(SERVE_WAIT))
+        assert fleet.wait(30)
+        delays = [fleet.parked()[RS1].due - clock.now]
+        for _ in range(4):
+            delays.append(parked_again(SERVE_WAIT).due - clock.now)
+        assert delays == [2.0, 4.0, 8.0, 15.0, 15.0]
+        assert parked_again(NEXT_WAIT).due - clock.now == 2.0
+        assert ends.seen == []
+    finally:
         fleet.shutdown()
