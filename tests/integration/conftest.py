@@ -1,13 +1,13 @@
 """Fixtures for integration tests against the real environment (see docs/testenv.md).
 
-- `testenv` (session): a `tests.testenv.helpers.TestEnv` of an environment **with the real
+- `testenv` (session): a `testenv.helpers.TestEnv` of an environment **with the real
   node** (kubelet, containerd, runc, CNI, kube-proxy, CoreDNS: Ray runs in real pods with
   198.18.0.x IPs, Services get 198.19.0.x ClusterIPs; KubeRay with `--use-kubernetes-proxy`);
   kwok's two fake nodes are tainted and take only pods that tolerate that (scale tests).
   `.kubeconfig` (path), `.api_client`, `.core` (CoreV1Api), `.custom` (CustomObjectsApi),
   `.state`, `.real_node` (facts), helpers `create_raycluster`, `wait_raycluster_ready`,
   `wait_head_pod`, `endpoint_addresses`, `wait_serve_running`, `kubectl`; plus `wait_for` in
-  tests.testenv.helpers. Reuses the environment in `$GITRAY_TESTENV_STATE` (or
+  testenv.helpers. Reuses the environment in `$GITRAY_TESTENV_STATE` (or
   `$GITRAY_TESTENV_NODE_STATE`) when set, never stopping it; otherwise starts its own in a
   fresh state dir and stops it at session end. One real node per machine: it waits (bounded)
   for another one to go.
@@ -38,9 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.chaos import Replica
-from tests.integration.gitops import GitOpsRepo
-from tests.testenv.helpers import (
+from testenv.helpers import (
     EnvUnavailable,
     TestEnv,
     drop_namespace,
@@ -48,6 +46,8 @@ from tests.testenv.helpers import (
     make_namespace,
     wait_for,
 )
+from tests.integration.chaos import Replica
+from tests.integration.gitops import GitOpsRepo
 
 HERE = Path(__file__).resolve().parent
 

@@ -25,10 +25,11 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.record import RunState
-from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.test_apply_rayservice import Cluster
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 SVC = "fruit"
 SERVE_SVC, HEAD_SVC = f"{SVC}-serve-svc", f"{SVC}-head-svc"

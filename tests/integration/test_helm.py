@@ -1,5 +1,5 @@
 """A Helm chart planned by the real ``gitray plan`` against the real API server (issue 32),
-rendered with the real helm v4 of the test environment (tests/testenv/helm.py).
+rendered with the real helm v4 of the test environment (testenv/helm.py).
 
 A chart (a ConfigMap and a suspended RayCluster, neither naming a namespace) released into the
 test's namespace with a values file: the plan against the live cluster (judged by the CRDs it
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from testenv.helm import helm_for_tests
+from testenv.helpers import TestEnv
+from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
-from tests.testenv.helm import helm_for_tests
-from tests.testenv.helpers import TestEnv
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 CHART = "charts/lab"

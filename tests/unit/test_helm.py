@@ -1,5 +1,5 @@
 """Helm charts (gitray/plans/helm.py, gitray/render/helm.py; issue 32), rendered with the real
-helm v4 the test environment builds (tests/testenv/helm.py): charts named in gitray.yaml's
+helm v4 the test environment builds (testenv/helm.py): charts named in gitray.yaml's
 ``helm:`` rendered to what `helm template` prints and planned as usual, findings that name the
 template, hostile charts refused in bounded time, the memo by input digest."""
 
@@ -26,7 +26,7 @@ from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.render import helm as runner
 from gitray.render.kustomize import RenderLimits
-from tests.testenv.helm import helm_for_tests
+from testenv.helm import helm_for_tests
 from tests.unit.builders import live
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples-repo" / "helm"
