@@ -16,6 +16,7 @@ import pytest
 from gitray.core.config import Config
 from gitray.core.model import ObjectKey, Origin, SourceLocation, ValueLine, Workload
 from gitray.core.snapshot import RepoFile, Snapshot
+from gitray.plans.annotations import plan_notices
 from gitray.plans.helmvalues import (
     Values,
     load_values,
@@ -221,6 +222,9 @@ def test_the_origin_is_shown_and_kept_in_every_plan_format() -> None:
             "      rendered from c with a.yaml\n"
             '      ~ data.a: "1" -> "2"  (set in a.yaml:3:1, b.yaml:1:1)\n'
             '      ~ data.b: "1" -> "2"\n') in text
+    (notice,) = plan_notices(plan)
+    assert notice.message == ("~ ConfigMap ns/c: update (1 step; rendered from c with a.yaml)")
+    assert notice.location == at("c/templates/t.yaml", 1)
     markdown = render(plan, Format.MARKDOWN)
     assert "_rendered from c with a.yaml_\n" in markdown
     assert '~ data.a: "1" -> "2"  (set in a.yaml:3:1, b.yaml:1:1)\n' in markdown
