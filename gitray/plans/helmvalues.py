@@ -143,8 +143,11 @@ def template_lines(path: str, text: str, values: Values) -> list[ValueLine]:
 
 def match_line(rendered_line: str, lines: Sequence[ValueLine]) -> list[ValueLine]:
     """The template lines that could have printed ``rendered_line`` when they all read the
-    same values (else none: which one did is not known)."""
-    found = [v for v in lines if v.text == rendered_line.strip()]
+    same values (else none: which one did is not known). A line setting a flow collection
+    (``{cpu: {{ .Values.cpu }}, memory: 2Gi}``) is not one: a finding there may be about a
+    part the template wrote."""
+    found = [v for v in lines if v.text == rendered_line.strip()
+             and (v.block or v.value is not None)]
     return found if found and all(v.values == found[0].values for v in found) else []
 
 

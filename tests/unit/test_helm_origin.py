@@ -169,6 +169,10 @@ def test_a_rendered_line_matches_the_template_lines_that_print_it() -> None:
     assert match_line("image: z", [head, other]) == []
     clash = line(7, "image", "image: x", "x", B)  # the same text from other values
     assert match_line("image: x", [head, clash]) == []
+    flow = line(4, "requests", "requests: {cpu: 1, memory: 2Gi}", None, A)
+    assert match_line("requests: {cpu: 1, memory: 2Gi}", [flow]) == []
+    inside = line(6, "num_replicas", "num_replicas: 3", None, B, block="serveConfigV2")
+    assert match_line("        num_replicas: 3", [inside]) == [inside]
 
 
 def test_a_changed_field_is_traced_to_the_line_setting_its_key_to_its_value() -> None:
@@ -341,6 +345,18 @@ def test_a_bad_value_printed_by_one_template_line_names_that_line(helm: str) -> 
                              "text-service charts/text-service -n ray-staging)"), found
 
 
+def test_a_bad_value_inside_the_serve_config_block_is_at_its_values_line(helm: str) -> None:
+    found = [str(d) for d in load(example_files({
+        "environments/staging.yaml": "greeterReplicas: many\n"})).diagnostics]
+    number = example_files()[TEMPLATE].splitlines().index(
+        "            num_replicas: {{ .Values.greeterReplicas }}") + 1
+    assert len(found) == 1, found
+    assert found[0].startswith("environments/staging.yaml:1:1: spec.serveConfigV2: "
+                               "applications[0].deployments[0].num_replicas: 'many' "), found
+    assert found[0].endswith(f"(rendered through {TEMPLATE}:{number}:13 by helm template "
+                             "text-service charts/text-service -n ray-staging)"), found
+
+
 def test_a_wrong_key_on_a_values_line_is_the_templates_fault(helm: str) -> None:
     bad = example_files()[TEMPLATE].replace("rayVersion:", "rayVersionn:")
     number = bad.splitlines().index('    rayVersionn: {{ .Values.rayVersion | quote }}') + 1
@@ -363,3 +379,21 @@ def test_a_subcharts_templates_are_not_traced(helm: str) -> None:
     assert workload.manifest["data"] == {"count": "2"}
     assert workload.source == at("c/charts/sub/templates/cm.yaml", 1)
     assert workload.origin == Origin("rendered from c with v.yaml", ())
+
+
+def test_a_block_scalars_changed_line_is_planned_at_its_values_line(helm: str) -> None:
+    def files(workers: int) -> dict[str, str]:
+        return {"gitray.yaml": "apiVersion: gitray.io/v1alpha1\nkind: Config\n"
+                "allowedNamespaces: ['*']\nhelm:\n  - {chart: c, release: r, values: [v.yaml]}\n",
+                "c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 0.1.0\n",
+                "c/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n"
+                "data:\n  config.yaml: |\n    name: app\n    workers: {{ .Values.workers }}\n"
+                "  plain: {{ .Values.name }}\n",
+                "v.yaml": f"name: x\nworkers: {workers}\n"}
+    old, new = load(files(1)), load(files(2))
+    assert old.diagnostics == new.diagnostics == ()
+    plan = compute_plan(new.workloads, live(*old.workloads), Config(), revision="r",
+                        against="live", now=NOW)
+    (wp,) = plan.workloads
+    assert wp.origin == "rendered from c with v.yaml"
+    assert [(c.path, c.origin) for c in wp.changes] == [("data.config.yaml", "v.yaml:2:1")]
