@@ -41,7 +41,7 @@ from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.plans.sensitive import SENSITIVE
 from gitray.render import helm as runner
-from tests.testenv.helm import helm_for_tests
+from testenv.helm import helm_for_tests
 from tests.unit.builders import live
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples-repo" / "helm"
