@@ -9,7 +9,7 @@ the new cluster's own serve Service).
 - ``approve: true`` holds a good version before the switch until ``gitray approve``.
 
 The switch-back after a failed after-switch analysis has unit tests only
-(tests/unit/test_gates.py): a version that degrades only after the switch is not built here.
+(tests/unit/engine/test_gates.py): a version that degrades only after the switch is not built here.
 """
 
 from __future__ import annotations
