@@ -23,6 +23,7 @@ from gitray.engine.incremental.upgradecontrol import (
     Signal,
     SignalAction,
     check_failure_limit,
+    consumes,
     control,
     promotion_index,
     request,
@@ -163,6 +164,22 @@ def test_what_a_signal_means_for_a_step(case: str, given: Signal | None, index: 
                                         expected: Control) -> None:
     assert PLAN.steps[PAUSE_50].id == "10-pause" and PLAN.steps[PAUSE_100].id == "18-pause"
     assert control(given, KEY, "r" * 40, PLAN.desired_hash, PLAN.steps[index]) is expected, case
+
+
+@pytest.mark.parametrize(("what", "by_the_step", "at_a_boundary"), [
+    (Control.NONE, False, False),
+    (Control.STALE, True, True),  # another run's: consumed by any look
+    (Control.ABORT, False, False),  # consumed once rolled back (consume_abort)
+    # the pause (or gate) it names consumes it; the look for an abort before that step starts,
+    # or each time a parked pause is resumed at its step, must leave it for the step: eaten
+    # there, the pause would hold until promoted again, forever
+    (Control.PROMOTE, True, False),
+    (Control.APPROVE, True, False),
+])
+def test_which_look_consumes_a_signal(what: Control, by_the_step: bool,
+                                      at_a_boundary: bool) -> None:
+    assert consumes(what, at_boundary=False) is by_the_step
+    assert consumes(what, at_boundary=True) is at_a_boundary
 
 
 # ---- failed analyses ------------------------------------------------------------------------
