@@ -9,7 +9,7 @@ the new cluster's own serve Service).
 - ``approve: true`` holds a good version before the switch until ``gitray approve``.
 
 The switch-back after a failed after-switch analysis has unit tests only
-(tests/unit/test_gates.py): a version that degrades only after the switch is not built here.
+(tests/unit/engine/test_gates.py): a version that degrades only after the switch is not built here.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.record import RunState
-from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.test_apply_rayservice import Cluster
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 SVC = "fruit"
 SERVE_SVC, HEAD_SVC = f"{SVC}-serve-svc", f"{SVC}-head-svc"

@@ -1,0 +1,144 @@
+"""The timing summary printed at the end of every ``scripts/test`` run (stdlib only).
+
+``scripts/test`` sets ``$GITRAY_TIMINGS`` to a fresh directory; three writers fill it:
+
+- ``phases.tsv``  ``<phase> <seconds> <exit code>`` per step of scripts/test (``phase``);
+- ``build.tsv``   ``<component> <seconds|cached>`` per component of ``scripts/testenv build``
+                  (``note_build``, called by testenv/build.py and traefik.py, writing
+                  to ``$GITRAY_BUILD_TIMINGS``, which scripts/test sets for the build alone);
+- ``pytest-<pid>.json`` per test module: seconds (setup + call + teardown of its tests, so
+                  a session fixture's start-up counts in the first module that needs it) and
+                  outcomes, written by this module loaded as a pytest plugin
+                  (``-p testenv.timings``), one file per pytest run (scripts/test runs
+                  pytest in phases); with pytest-xdist, by the controller, which receives
+                  every worker's reports.
+
+``python3 -m testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
+plain ``pytest: N passed, N failed[, N skipped]`` line when pytest ran. Nothing here asserts a
+duration: figures are printed, never checked (benchmarks live in bench/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ENV_VAR = "GITRAY_TIMINGS"
+
+
+def _dir() -> Path | None:
+    value = os.environ.get(ENV_VAR)
+    return Path(value) if value else None
+
+
+BUILD_VAR = "GITRAY_BUILD_TIMINGS"  # set by scripts/test for its build phase alone
+
+
+def note_build(component: str, seconds: float | None) -> None:
+    """Record one build component of this run: its seconds, or None when it was cached (only
+    in scripts/test's build phase: a test that runs a build must not add rows)."""
+    path = os.environ.get(BUILD_VAR)
+    if not path:
+        return
+    with Path(path).open("a") as fh:
+        fh.write(f"{component}\t{'cached' if seconds is None else f'{seconds:.1f}'}\n")
+
+
+# ---- the pytest plugin ------------------------------------------------------------------------
+
+_MODULES: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+_STARTED = time.monotonic()
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    module = str(report.nodeid).split("::", 1)[0]
+    row = _MODULES[module]
+    row["seconds"] += float(report.duration)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "failed" if report.outcome == "failed" else str(report.outcome)
+        row[outcome] += 1
+    elif report.when == "teardown" and report.failed:
+        row["failed"] += 1  # an error in teardown fails the run too
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    where = _dir()
+    if where is None or hasattr(session.config, "workerinput"):  # an xdist worker
+        return
+    data = {"wall_seconds": round(time.monotonic() - _STARTED, 1), "exit": int(exitstatus),
+            "modules": {m: {k: round(v, 1) for k, v in row.items()}
+                        for m, row in sorted(_MODULES.items())}}
+    (where / f"pytest-{os.getpid()}.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ---- the summary ------------------------------------------------------------------------------
+
+
+def _rows(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        return []
+    return [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
+
+
+SLOWEST_SHOWN = 20  # modules listed one per line; the rest summed in one line
+
+
+def summary(where: Path, total: float) -> list[str]:
+    """Slowest modules first, then the phases (and build components), the total and the
+    ``pytest:`` line: the end of a CI log (often all that is shown) carries the figures."""
+    out = ["", "==> timing summary (seconds)"]
+    counts: dict[str, int] = defaultdict(int)
+    runs = sorted(where.glob("pytest-*.json"))
+    modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for run in runs:  # a module can have tests in two runs (e.g. its own_node test apart)
+        for module, row in json.loads(run.read_text())["modules"].items():
+            for key, value in row.items():
+                modules[module][key] += value
+    if runs:
+        ordered = sorted(modules.items(), key=lambda kv: -kv[1].get("seconds", 0))
+        out.append(f"pytest per module ({len(modules)} modules, slowest first; seconds in the "
+                   "module's tests, lanes overlap)")
+        for module, row in ordered[:SLOWEST_SHOWN]:
+            tests = int(sum(v for k, v in row.items() if k != "seconds"))
+            out.append(f"  {module:<58} {row.get('seconds', 0):>6.0f}  ({tests} tests)")
+        rest = ordered[SLOWEST_SHOWN:]
+        if rest:
+            seconds = sum(row.get("seconds", 0) for _, row in rest)
+            tests = int(sum(v for _, row in rest for k, v in row.items() if k != "seconds"))
+            out.append(f"  {f'{len(rest)} other modules':<58} {seconds:>6.0f}  ({tests} tests)")
+        for _, row in ordered:
+            for outcome in ("passed", "failed", "skipped"):
+                counts[outcome] += int(row.get(outcome, 0))
+    for name, seconds, code in _rows(where / "phases.tsv"):
+        status = "" if code == "0" else f"  (exit {code})"
+        if code == "5" and name.startswith("pytest"):
+            status = "  (no test selected)"
+        out.append(f"{name:<44} {float(seconds):>8.0f}{status}")
+        if name == "build" and (where / "build.tsv").is_file():
+            for component, took in _rows(where / "build.tsv"):
+                shown = "cached" if took == "cached" else f"{float(took):.0f}"
+                out.append(f"  {component:<42} {shown:>8}")
+    out.append(f"{'total':<44} {total:>8.0f}  ({total / 60:.1f} min)")
+    if runs:
+        line = f"pytest: {counts['passed']} passed, {counts['failed']} failed"
+        if counts["skipped"]:
+            line += f", {counts['skipped']} skipped"
+        out.append(line)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python3 -m testenv.timings DIR TOTAL_SECONDS", file=sys.stderr)
+        return 2
+    print("\n".join(summary(Path(argv[0]), float(argv[1]))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""The timing summary of scripts/test (testenv/timings.py): per-module seconds and
+outcomes from pytest's reports, build components, and the plain closing line that CI reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from testenv import timings
+
+
+class Session:
+    config = object()  # the controller's (an xdist worker's config has workerinput)
+
+
+@dataclass
+class Report:
+    nodeid: str
+    when: str
+    outcome: str
+    duration: float
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+
+def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(timings.ENV_VAR, str(tmp_path))
+    fresh = type(timings._MODULES)(timings._MODULES.default_factory)
+    monkeypatch.setattr(timings, "_MODULES", fresh)
+    reports = [
+        # a passing test whose setup started the environment (40 s)
+        Report("tests/integration/test_a.py::t1", "setup", "passed", 40.0),
+        Report("tests/integration/test_a.py::t1", "call", "passed", 5.0),
+        Report("tests/integration/test_a.py::t1", "teardown", "passed", 1.0),
+        # a failing test, an error in setup, a skip
+        Report("tests/integration/test_a.py::t2", "setup", "passed", 0.0),
+        Report("tests/integration/test_a.py::t2", "call", "failed", 2.0),
+        Report("tests/unit/test_b.py::t3", "setup", "failed", 0.5),
+        Report("tests/unit/test_b.py::t4", "setup", "skipped", 0.0),
+    ]
+    for r in reports:
+        timings.pytest_runtest_logreport(r)
+    timings.pytest_sessionfinish(Session(), 1)
+    [written] = tmp_path.glob("pytest-*.json")
+    data = json.loads(written.read_text())
+    assert data["modules"]["tests/integration/test_a.py"] == {"seconds": 48.0, "passed": 1,
+                                                              "failed": 1}
+    assert data["modules"]["tests/unit/test_b.py"] == {"seconds": 0.5, "failed": 1,
+                                                       "skipped": 1}
+    (tmp_path / "phases.tsv").write_text("build\t700\t0\npytest\t60\t1\n")
+    monkeypatch.setenv(timings.BUILD_VAR, str(tmp_path / "build.tsv"))
+    timings.note_build("etcd", 112.04)
+    timings.note_build("kwok", None)
+    lines = timings.summary(tmp_path, 800)
+    text = "\n".join(lines)
+    assert "  etcd" in text and "112" in text and "cached" in text
+    assert "(exit 1)" in text
+    slowest = [line for line in lines if line.startswith("  tests/")]
+    assert slowest[0].split()[0] == "tests/integration/test_a.py"
+    assert lines[-1] == "pytest: 1 passed, 2 failed, 1 skipped"
+
+
+def test_the_slowest_modules_are_listed_and_the_rest_summed_before_the_phases(
+        tmp_path: Path) -> None:
+    modules = {f"tests/unit/test_m{i:02d}.py": {"seconds": float(i), "passed": 2}
+               for i in range(timings.SLOWEST_SHOWN + 5)}
+    (tmp_path / "pytest-1.json").write_text(json.dumps({"modules": modules}))
+    (tmp_path / "phases.tsv").write_text("ruff\t3\t0\npytest\t400\t0\n")
+    lines = timings.summary(tmp_path, 410)
+    listed = [line.split()[0] for line in lines if line.startswith("  tests/")]
+    assert len(listed) == timings.SLOWEST_SHOWN
+    assert listed[0] == f"tests/unit/test_m{timings.SLOWEST_SHOWN + 4:02d}.py"
+    rest = next(line for line in lines if "5 other modules" in line)
+    assert rest.split()[-3:] == ["10", "(10", "tests)"]  # 0+1+2+3+4 s, 5 modules of 2 tests
+    assert lines.index(rest) < next(i for i, line in enumerate(lines) if line.startswith("ruff"))
+    assert lines[-1] == f"pytest: {2 * len(modules)} passed, 0 failed"
