@@ -2,7 +2,7 @@
 gitray/plans/origin.py): plans say which chart and values files rendered a workload and which
 values line a changed field reads; findings about a value printed by a template line stand at
 that values line. The pure tracing is tested on its own; the end-to-end cases render with the
-real helm of the test environment (tests/testenv/helm.py), like tests/unit/plans/test_helm.py."""
+real helm of the test environment (testenv/helm.py), like tests/unit/plans/test_helm.py."""
 
 from __future__ import annotations
 
