@@ -20,8 +20,8 @@ from gitray.engine.executor import StepEvent
 from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
 from gitray.k8s.events import EventRecorder, EventTarget
-from gitray.plans.plan import Step, StepType
-from gitray.plans.steptypes import FROM_PARAMS, STEP_KINDS
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import FROM_PARAMS, STEP_KINDS, StepType
 
 __all__ = ["StatusBridge", "event_target", "step_reporter"]
 

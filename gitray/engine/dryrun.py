@@ -20,8 +20,9 @@ from typing import Any
 from gitray.core.errors import ForbiddenError, InvalidError, NotFoundError
 from gitray.core.model import Diagnostic, SourceLocation
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
+from gitray.plans.steptypes import StepType
 
 __all__ = ["DRY_RUN_STEPS", "dry_run"]
 

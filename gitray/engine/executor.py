@@ -72,9 +72,9 @@ from gitray.engine.record import (
     StepStatus,
     utc_now,
 )
-from gitray.plans.plan import Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, Step, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
-from gitray.plans.steptypes import STEP_KINDS
+from gitray.plans.steptypes import STEP_KINDS, StepType
 
 __all__ = ["Executor", "Outcome", "Reporter", "StepEvent", "SupersedeCheck", "WorkloadOutcome"]
 

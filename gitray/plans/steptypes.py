@@ -11,19 +11,19 @@ its plain-English line. Every table that needs one of these reads :data:`STEP_KI
 step's handler lives in ``gitray.engine`` (checked by tests/unit/plans/test_step_registry.py, which
 also holds ``schemas/plan.schema.json``'s per-type params to the rows).
 
-Adding a step type: a :class:`StepType` value, its params dataclass and row here, its handler
-in the engine, and their tests.
+Adding a step type: its :class:`StepType` value, params dataclass and row here, its handler in
+the engine, and their tests (``scripts/gen-schemas --only plan`` then rewrites the plan schema).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from enum import StrEnum
+from typing import Any, Protocol
 
 from gitray.core.model import JSON
-from gitray.plans.plan import Step, StepType
+from gitray.plans.stepcodec import P, Params, duration
 
 __all__ = [
     "CLUSTER",
@@ -31,13 +31,53 @@ __all__ = [
     "JOB",
     "SERVICE",
     "STEP_KINDS",
-    "Params",
     "StepKind",
+    "StepType",
     "describe_step",
-    "duration",
     "params_of",
     "typed_params",
 ]
+
+
+class StepType(StrEnum):
+    """Every kind of step a plan may hold. The values are the wire format; each has its row in
+    :data:`STEP_KINDS`."""
+
+    CREATE_CLUSTER = "create-cluster"
+    UPDATE_CLUSTER = "update-cluster"
+    WAIT_CLUSTER_READY = "wait-cluster-ready"
+    DEPLOY_SERVE = "deploy-serve"
+    WAIT_SERVE_RUNNING = "wait-serve-running"
+    CREATE_SERVICE = "create-service"
+    SWITCH_SERVICE = "switch-service"
+    DELETE_SERVICE = "delete-service"
+    SCHEDULE_CLUSTER_DELETION = "schedule-cluster-deletion"
+    CANCEL_CLUSTER_DELETION = "cancel-cluster-deletion"
+    DELETE_CLUSTER = "delete-cluster"
+    CANCEL_UPGRADE = "cancel-upgrade"
+    CREATE_JOB = "create-job"
+    WAIT_JOB = "wait-job"
+    DELETE_JOB = "delete-job"
+    APPLY_OBJECT = "apply-object"
+    DELETE_OBJECT = "delete-object"
+    # progressive delivery (RayService upgradeStrategy NewClusterWithIncrementalUpgrade)
+    SET_SERVE_CAPACITY = "set-serve-capacity"  # Serve target_capacity of one cluster
+    SHIFT_TRAFFIC = "shift-traffic"  # HTTPRoute backendRefs weights between two clusters
+    WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
+    RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
+    PAUSE = "pause"  # timed, or until `gitray promote`
+    # gates of a blue-green RayService upgrade (besides run-analysis)
+    AWAIT_APPROVAL = "await-approval"  # hold before the switch until `gitray approve`
+
+
+class _Step(Protocol):  # gitray.plans.plan.Step (which names its type with StepType)
+    @property
+    def type(self) -> StepType: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, JSON]: ...
+
 
 # what a step's target names: (apiVersion, kind); FROM_PARAMS: the manifest or params say
 CLUSTER = ("ray.io/v1", "RayCluster")
@@ -46,61 +86,12 @@ JOB = ("ray.io/v1", "RayJob")
 FROM_PARAMS = ("", "")
 
 
-def _key(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-@dataclass(frozen=True)
-class Params:
-    """A step's parameters, typed. The JSON keys are the fields' names in camelCase (or a
-    field's ``json`` metadata); keys a row does not name are kept in ``extra``, so that
-    ``to_json(from_json(p)) == p``."""
-
-    extra: Mapping[str, JSON] = field(default_factory=dict, kw_only=True)
-
-    @classmethod
-    def json_keys(cls) -> dict[str, str]:
-        """field name -> JSON key, for the fields of the step type (``extra`` aside)."""
-        return {f.name: f.metadata.get("json", _key(f.name))
-                for f in dataclasses.fields(cls) if f.name != "extra"}
-
-    @classmethod
-    def required(cls) -> frozenset[str]:
-        """The JSON keys every step of this type has."""
-        keys = cls.json_keys()
-        return frozenset(keys[f.name] for f in dataclasses.fields(cls)
-                         if f.name != "extra" and f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, JSON]) -> Self:
-        """``KeyError`` naming a required key that is missing."""
-        keys = cls.json_keys()
-        missing = sorted(cls.required() - set(data))
-        if missing:
-            raise KeyError(f"{cls.__name__} needs {', '.join(missing)}")
-        known = {name: data[key] for name, key in keys.items() if key in data}
-        extra = {k: v for k, v in data.items() if k not in set(keys.values())}
-        return cls(**known, extra=extra)
-
-    def to_json(self) -> dict[str, JSON]:
-        out: dict[str, JSON] = {}
-        for name, key in self.json_keys().items():
-            value = getattr(self, name)
-            f = next(f for f in dataclasses.fields(self) if f.name == name)
-            if value is None and f.default is None:
-                continue  # an optional key that was absent stays absent
-            out[key] = value
-        out.update(self.extra)
-        return out
-
-
-P = TypeVar("P", bound="Params")
-
-
 # ---- params, one dataclass per step type --------------------------------------------------
-# Required fields first; optional ones default to None (absent from the JSON).
+# Required fields first; optional ones default to None (absent from the JSON). ``schema``: what
+# plan.schema.json adds to the required keys (generated from here: gitray.plans.stepschema).
+
+PERCENT = {"type": "integer", "minimum": 0, "maximum": 100}
+POSITIVE = {"type": "integer", "minimum": 1}
 
 
 @dataclass(frozen=True)
@@ -200,6 +191,7 @@ class SetCapacityParams(Params):
     target_capacity: int
     serve_config: Mapping[str, Any] | None = None
     serve_config_hash: str | None = None
+    schema = {"properties": {"targetCapacity": PERCENT}}
 
 
 @dataclass(frozen=True)
@@ -212,6 +204,12 @@ class ShiftTrafficParams(Params):
     from_: str | None = field(default=None, metadata={"json": "from"})
     step: int | None = None
     steps: int | None = None
+    schema = {"properties": {
+        "percent": PERCENT,
+        "backends": {"type": "array", "minItems": 1, "maxItems": 2, "items": {
+            "type": "object", "required": ["name", "weight"],
+            "properties": {"name": {"type": "string", "minLength": 1}, "weight": PERCENT}}},
+        "step": POSITIVE, "steps": POSITIVE}}
 
 
 @dataclass(frozen=True)
@@ -219,6 +217,7 @@ class WaitIntervalParams(Params):
     cluster: str
     seconds: int
     percent: int
+    schema = {"properties": {"seconds": POSITIVE, "percent": PERCENT}}
 
 
 @dataclass(frozen=True)
@@ -234,6 +233,19 @@ class RunAnalysisParams(Params):
     steps: int | None = None
     backend: Mapping[str, Any] | None = None  # the new cluster's Service, as metrics name it
     metrics: Mapping[str, Any] | None = None  # url, provider, requests, durations
+    schema = {"properties": {
+        "percent": PERCENT, "windowSeconds": POSITIVE, "failureLimit": POSITIVE,
+        "checks": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "type"], "properties": {
+                "name": {"type": "string"},
+                "type": {"enum": ["serve-health", "success-rate", "latency", "webhook"]}}}},
+        "onFailure": {"type": "object", "required": ["trafficTo", "keepFailedCluster"]},
+        "gate": {"enum": ["before-switch", "after-switch"], "description": (
+            "a blue-green upgrade's gate: before the Services switch to the new cluster, or "
+            "after it (a failure switches them back)")},
+        "probe": {"type": "object", "required": ["path", "requests", "port"], "description": (
+            "blue-green: requests gitray sends to the new cluster's serve Service over the "
+            "window")}}}
 
 
 @dataclass(frozen=True)
@@ -243,6 +255,9 @@ class PauseParams(Params):
     seconds: int | None = None
     until_promoted: bool | None = None
     promote: str | None = None
+    schema = {"oneOf": [
+        {"required": ["seconds"], "properties": {"seconds": POSITIVE}},
+        {"required": ["untilPromoted"], "properties": {"untilPromoted": {"const": True}}}]}
 
 
 @dataclass(frozen=True)
@@ -250,20 +265,10 @@ class AwaitApprovalParams(Params):
     cluster: str  # the new cluster the switch would go to
     previous: str  # the cluster serving until then
     approve: str  # the command that approves
+    schema = {"properties": {"approve": {"type": "string", "minLength": 1}}}
 
 
 # ---- describing a step ----------------------------------------------------------------------
-
-
-def duration(seconds: JSON) -> str:
-    """``90`` -> ``90s``, ``120`` -> ``2m``, ``3600`` -> ``1h``; ``?`` when not a number."""
-    if not isinstance(seconds, int):
-        return "?"
-    if seconds and seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
 
 
 def _apps(params: Mapping[str, JSON]) -> str:
@@ -426,17 +431,17 @@ def _rows() -> dict[StepType, StepKind]:
 STEP_KINDS: Mapping[StepType, StepKind] = _rows()
 
 
-def describe_step(step: Step) -> str:
+def describe_step(step: _Step) -> str:
     """One plain-English line for a step."""
     return STEP_KINDS[step.type].describe(step.params, step.target)
 
 
-def params_of(step: Step) -> Params:
+def params_of(step: _Step) -> Params:
     """``step``'s params, typed (``KeyError`` naming a required key that is missing)."""
     return STEP_KINDS[step.type].params.from_json(step.params)
 
 
-def typed_params(step: Step, cls: type[P]) -> P:
+def typed_params(step: _Step, cls: type[P]) -> P:
     """``step``'s params as ``cls``, its row's params type (a handler reads them so)."""
     params = params_of(step)
     if not isinstance(params, cls):

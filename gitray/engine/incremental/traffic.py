@@ -38,7 +38,7 @@ from gitray.engine.incremental.gatewaymetrics import Traffic as GatewayTraffic
 from gitray.engine.incremental.probes import HttpProbe, probe_traffic
 from gitray.engine.incremental.upgradecontrol import Control
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
 from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.serve import live_config_at
 from gitray.plans.steptypes import (
@@ -46,6 +46,7 @@ from gitray.plans.steptypes import (
     RunAnalysisParams,
     SetCapacityParams,
     ShiftTrafficParams,
+    StepType,
     typed_params,
 )
 from gitray.ray.dashboard import Resolver

@@ -11,7 +11,8 @@ from gitray.core.errors import Interrupted, LeaseLostError
 from gitray.core.model import ObjectKey
 from gitray.daemon.fleet import Fleet, Flight, dispatchable, order_of
 from gitray.engine.executor import Outcome, WorkloadOutcome
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 STEP = (Step("s1", StepType.APPLY_OBJECT, "x"),)
 
