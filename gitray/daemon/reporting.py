@@ -97,7 +97,9 @@ def event_target(step: Step) -> EventTarget | None:
     return EventTarget(api, kind, step.target, reason)
 
 
-_AT_PERCENT = {StepType.RUN_ANALYSIS, StepType.WAIT_INTERVAL, StepType.PAUSE}
+# the steps that hold traffic at a share (their params name it) without moving it
+_AT_PERCENT = {t for t, k in STEP_KINDS.items() if "percent" in k.params.required()
+               and not k.moves_traffic}
 
 
 def status_what(step: Step) -> str:

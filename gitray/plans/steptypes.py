@@ -12,7 +12,8 @@ step's handler lives in ``gitray.engine`` (checked by tests/unit/plans/test_step
 also holds ``schemas/plan.schema.json``'s per-type params to the rows).
 
 Adding a step type: its :class:`StepType` value, params dataclass and row here, its handler in
-the engine, and their tests (``scripts/gen-schemas --only plan`` then rewrites the plan schema).
+the engine, and their tests (``scripts/gen-schemas --only plan`` then rewrites the plan schema;
+a line too long for a lambda goes to ``gitray.plans.stepdescribe``).
 """
 
 from __future__ import annotations
@@ -23,19 +24,12 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gitray.core.model import JSON
+from gitray.plans import stepdescribe as lines
 from gitray.plans.stepcodec import P, Params, duration
 
 __all__ = [
-    "CLUSTER",
-    "FROM_PARAMS",
-    "JOB",
-    "SERVICE",
-    "STEP_KINDS",
-    "StepKind",
-    "StepType",
-    "describe_step",
-    "params_of",
-    "typed_params",
+    "CLUSTER", "FROM_PARAMS", "JOB", "SERVICE", "STEP_KINDS", "StepKind",
+    "StepType", "describe_step", "params_of", "typed_params",
 ]
 
 
@@ -268,83 +262,6 @@ class AwaitApprovalParams(Params):
     schema = {"properties": {"approve": {"type": "string", "minLength": 1}}}
 
 
-# ---- describing a step ----------------------------------------------------------------------
-
-
-def _apps(params: Mapping[str, JSON]) -> str:
-    apps = (params.get("serveConfig") or {}).get("applications") or []
-    names = [str(a.get("name", "default")) for a in apps if isinstance(a, dict)]
-    return f"{len(names)} application{'s' if len(names) != 1 else ''}: {', '.join(names)}"
-
-
-def _update_cluster(p: Mapping[str, JSON], t: str) -> str:
-    if p.get("recreatePods"):
-        return (f"update RayCluster {t}: KubeRay recreates all its pods with the new "
-                "template (upgradeStrategy Recreate)")
-    if p.get("newPodsOnly"):
-        return f"update RayCluster {t}: only pods created from now on get the new template"
-    keep = " (keeping the autoscaler's replicas)" if p.get("preserveLiveReplicas") else ""
-    return f"update RayCluster {t} in place{keep}"
-
-
-def _deploy_serve(p: Mapping[str, JSON], t: str) -> str:
-    if isinstance(p.get("targetCapacity"), int):
-        return (f"deploy the Serve config to {t} at target_capacity "
-                f"{p['targetCapacity']} % ({_apps(p)})")
-    return f"deploy the Serve config to {t} ({_apps(p)})"
-
-
-def _switch_service(p: Mapping[str, JSON], t: str) -> str:
-    if p.get("from") == p.get("cluster"):
-        return f"change which pods of {p.get('cluster')} Service {t} selects"
-    return f"switch Service {t}: {p.get('from') or '(none)'} -> {p.get('cluster')}"
-
-
-def _shift(p: Mapping[str, JSON], route: str) -> str:
-    new, old, percent = p.get("cluster"), p.get("from"), p.get("percent")
-    if new == old:
-        return f"send all traffic to {new} (HTTPRoute {route})"
-    step = f" step {p.get('step')}/{p.get('steps')}" if p.get("step") else ""
-    rest = 100 - percent if isinstance(percent, int) else "?"
-    return f"shift traffic{step}: {percent} % to {new}, {rest} % to {old} (HTTPRoute {route})"
-
-
-def _check(check: Mapping[str, JSON]) -> str:
-    match check.get("type"):
-        case "success-rate":
-            return f"success rate >= {check.get('min')} %"
-        case "latency":
-            return f"p{check.get('percentile')} latency <= {check.get('maxMs')} ms"
-        case "webhook":
-            return f"webhook {check.get('name')}"
-    return "Serve health"
-
-
-def _analysis(p: Mapping[str, JSON], cluster: str) -> str:
-    checks = ", ".join(_check(c) for c in p.get("checks") or [] if isinstance(c, dict))
-    limit = p.get("failureLimit")
-    gate = p.get("gate")
-    if gate is not None:  # a blue-green upgrade's gate
-        then = (f"switch back to {p.get('previous')}" if gate == "after-switch"
-                else "fail without switching")
-        return (f"analyse {cluster} {str(gate).replace('-', ' the ')} over "
-                f"{duration(p.get('windowSeconds'))}: {checks} ({then} after {limit} failed "
-                f"analys{'i' if limit == 1 else 'e'}s)")
-    return (f"analyse {cluster} at {p.get('percent')} % over {duration(p.get('windowSeconds'))}"
-            f": {checks} (roll back after {limit} failed analys{'i' if limit == 1 else 'e'}s)")
-
-
-def _approval(p: Mapping[str, JSON], t: str) -> str:
-    return (f"hold before switching to {p.get('cluster')} until `{p.get('approve')}`"
-            f" ({p.get('previous')} serves meanwhile)")
-
-
-def _pause(p: Mapping[str, JSON], t: str) -> str:
-    if p.get("untilPromoted"):
-        return f"pause at {p.get('percent')} % until `{p.get('promote')}`"
-    return f"pause at {p.get('percent')} % for {duration(p.get('seconds'))}"
-
-
 # ---- the registry -------------------------------------------------------------------------
 
 Describe = Callable[[Mapping[str, JSON], str], str]  # (params, target) -> one line
@@ -364,21 +281,25 @@ class StepKind:
     min_timeout_s: float = 0.0  # its timeout is at least this long
     holds: bool = False  # its timeout (params ``seconds``) is how long it holds: ending is done
     target: tuple[str, str] | None = None  # what the target names, for its Kubernetes Event
+    # its params' manifest is a whole object it creates or server-side applies (a plan's
+    # server-side dry-run sends it: gitray.engine.dryrun)
+    dry_run: bool = False
 
 
 def _rows() -> dict[StepType, StepKind]:
     T = StepType
     rows = [
         StepKind(T.CREATE_CLUSTER, ManifestParams, lambda p, t: f"create RayCluster {t}",
-                 target=CLUSTER),
-        StepKind(T.UPDATE_CLUSTER, UpdateClusterParams, _update_cluster, target=CLUSTER),
+                 target=CLUSTER, dry_run=True),
+        StepKind(T.UPDATE_CLUSTER, UpdateClusterParams, lines.update_cluster, target=CLUSTER,
+                 dry_run=True),
         StepKind(T.WAIT_CLUSTER_READY, WaitClusterParams,
                  lambda p, t: (f"wait for {t} to be ready (head pod ready, timeout "
                                f"{duration(p.get('timeoutSeconds'))})"),
                  mutates=False, supersedable=True, timeout_s=900.0),
         # kubelets report a head pod ready before its dashboard answers: deploy-serve retries
         # its PUT for the plan's Serve timeout, but at least 180 s
-        StepKind(T.DEPLOY_SERVE, DeployServeParams, _deploy_serve, supersedable=True,
+        StepKind(T.DEPLOY_SERVE, DeployServeParams, lines.deploy_serve, supersedable=True,
                  timeout_s=0.0, min_timeout_s=180.0, target=CLUSTER),
         StepKind(T.WAIT_SERVE_RUNNING, WaitServeParams,
                  lambda p, t: (f"wait for every Serve application on {t} to be RUNNING "
@@ -386,8 +307,8 @@ def _rows() -> dict[StepType, StepKind]:
                  mutates=False, supersedable=True, timeout_s=600.0),
         StepKind(T.CREATE_SERVICE, CreateServiceParams,
                  lambda p, t: f"create Service {t} -> {p.get('cluster')}",
-                 moves_traffic=True, target=SERVICE),
-        StepKind(T.SWITCH_SERVICE, SwitchServiceParams, _switch_service, moves_traffic=True,
+                 moves_traffic=True, target=SERVICE, dry_run=True),
+        StepKind(T.SWITCH_SERVICE, SwitchServiceParams, lines.switch_service, moves_traffic=True,
                  target=SERVICE),
         StepKind(T.DELETE_SERVICE, DeleteServiceParams, lambda p, t: f"delete Service {t}",
                  target=SERVICE),
@@ -401,7 +322,8 @@ def _rows() -> dict[StepType, StepKind]:
                  target=CLUSTER),
         StepKind(T.CANCEL_UPGRADE, ClusterParams,
                  lambda p, t: f"cancel the upgrade: delete pending cluster {t}", target=CLUSTER),
-        StepKind(T.CREATE_JOB, ManifestParams, lambda p, t: f"start RayJob run {t}", target=JOB),
+        StepKind(T.CREATE_JOB, ManifestParams, lambda p, t: f"start RayJob run {t}", target=JOB,
+                 dry_run=True),
         StepKind(T.WAIT_JOB, WaitJobParams,
                  lambda p, t: (f"wait for run {t} to finish (timeout "
                                f"{duration(p.get('timeoutSeconds'))})"),
@@ -409,20 +331,20 @@ def _rows() -> dict[StepType, StepKind]:
         StepKind(T.DELETE_JOB, JobParams, lambda p, t: f"delete RayJob run {t}", target=JOB),
         StepKind(T.APPLY_OBJECT, ApplyObjectParams,
                  lambda p, t: f"apply {(p.get('manifest') or {}).get('kind', 'object')} {t}",
-                 target=FROM_PARAMS),
+                 target=FROM_PARAMS, dry_run=True),
         StepKind(T.DELETE_OBJECT, DeleteObjectParams,
                  lambda p, t: f"delete {p.get('kind', 'object')} {t}", target=FROM_PARAMS),
         StepKind(T.SET_SERVE_CAPACITY, SetCapacityParams,
                  lambda p, t: f"set Serve target_capacity of {t} to {p.get('targetCapacity')} %"),
-        StepKind(T.SHIFT_TRAFFIC, ShiftTrafficParams, _shift, moves_traffic=True),
+        StepKind(T.SHIFT_TRAFFIC, ShiftTrafficParams, lines.shift_traffic, moves_traffic=True),
         StepKind(T.WAIT_INTERVAL, WaitIntervalParams,
                  lambda p, t: (f"hold {p.get('percent')} % on {t} for "
                                f"{duration(p.get('seconds'))}"),
                  mutates=False, holds=True),
-        StepKind(T.RUN_ANALYSIS, RunAnalysisParams, _analysis),
-        StepKind(T.PAUSE, PauseParams, _pause, mutates=False, holds=True),
+        StepKind(T.RUN_ANALYSIS, RunAnalysisParams, lines.run_analysis),
+        StepKind(T.PAUSE, PauseParams, lines.pause, mutates=False, holds=True),
         # a newer commit ends a run held for approval (nothing moved yet)
-        StepKind(T.AWAIT_APPROVAL, AwaitApprovalParams, _approval, mutates=False,
+        StepKind(T.AWAIT_APPROVAL, AwaitApprovalParams, lines.await_approval, mutates=False,
                  supersedable=True),
     ]
     return {row.step_type: row for row in rows}

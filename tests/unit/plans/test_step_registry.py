@@ -128,3 +128,6 @@ def test_the_flags_the_engine_reads() -> None:
         StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING,
         StepType.AWAIT_APPROVAL}
     assert {t for t in StepType if k[t].holds} == {StepType.WAIT_INTERVAL, StepType.PAUSE}
+    assert {t for t in StepType if k[t].dry_run} == {
+        StepType.CREATE_CLUSTER, StepType.UPDATE_CLUSTER, StepType.CREATE_SERVICE,
+        StepType.CREATE_JOB, StepType.APPLY_OBJECT}
