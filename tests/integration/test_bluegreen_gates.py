@@ -25,8 +25,10 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.record import RunState
+from tests.integration.chaos import Replica
 from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
 from tests.integration.test_apply_rayservice import Cluster
+from tests.integration.test_daemon import notes, push
 from tests.manifests import dump, gitray_config, serve_config
 from tests.testenv.helpers import TestEnv, wait_for
 
@@ -166,3 +168,53 @@ def test_approve_holds_the_switch_until_gitray_approve(
     assert "approved: the switch to" in text, text
     assert cluster.selector(SERVE_SVC)["ray.io/cluster"] == green
     assert cluster.selector(HEAD_SVC)["ray.io/cluster"] == green
+
+
+def test_gitray_sync_holds_an_approval_gate_until_gitray_approve(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        sync_proc: Replica) -> None:
+    """The daemon runs the upgrade to the approval gate and holds it there (shown by `gitray
+    status`, the commit pending) poll after poll; nothing switches until `gitray approve`;
+    then the switch goes ahead and the commit ends in sync."""
+    bare, work = remote
+    cluster, gitray = Cluster(testenv, namespace), Gitray(testenv.kubeconfig, namespace)
+    key = f"{namespace}/RayService/{SVC}"
+    config = gitray_config("10s", namespace, status={"provider": "git-notes"})
+    first = push(work, "v1", {"gitray.yaml": config, "svc.yaml": _rayservice(namespace, 1, GATES)})
+    wait_for(lambda: notes(bare, first).get("gitray", {}).get("state") == "success" or None,
+             timeout=900, what="v1 in sync")
+    (blue,) = cluster.rayclusters()
+    second = push(work, "v2, approved by hand", {"svc.yaml": _rayservice(
+        namespace, 2, {**GATES, "approve": True})})
+    held = f"until `gitray approve {key}`"
+
+    def status_text() -> str:
+        return gitray.run("status", "--repo", str(work.path)).stdout
+
+    def held_text() -> str | None:
+        text = status_text()
+        return text if held in text else None
+
+    with SelectorLog(cluster) as log:
+        text = wait_for(held_text, timeout=900, interval=3,
+                        what="the upgrade held at await-approval")
+        assert "await-approval" in text and "held before the switch to " in text, text
+        seen = sync_proc.metric("gitray_polls_total") or 0.0
+        wait_for(lambda: (sync_proc.metric("gitray_polls_total") or 0.0) >= seen + 5 or None,
+                 timeout=60, what="five more polls")
+        # held, poll after poll: the commit pending, the Services on the old cluster
+        assert held in status_text()
+        assert notes(bare, second).get("gitray", {}).get("state") != "success"
+        assert notes(bare, second).get(f"gitray/{key}", {}).get("state") == "pending"
+        assert log.seen == {blue}, log.seen
+        green = next(n for n in cluster.rayclusters() if n != blue)
+        assert cluster.http(green, "/hello") == "v2"
+        approved = gitray.run("approve", key)
+        assert approved.returncode == 0, output(approved)
+        assert f"approved {key}" in approved.stdout, output(approved)
+        wait_for(lambda: notes(bare, second).get("gitray", {}).get("state") == "success"
+                 or None, timeout=600, what="v2 in sync")
+    assert cluster.selector(SERVE_SVC)["ray.io/cluster"] == green
+    assert cluster.selector(HEAD_SVC)["ray.io/cluster"] == green
+    assert log.seen == {blue, green}, log.seen
+    assert cluster.http(green, "/hello") == "v2"
