@@ -172,3 +172,11 @@ def test_before_the_switch_only_the_probe_counts() -> None:
     assert analyse(gate("before"), probe).endswith(": success-rate 100.0 % >= 99 % (20 of 20 "
                                                    "requests)")
     assert probe.metrics_reads == []
+
+
+def test_a_gate_without_success_rate_or_latency_reads_no_serve_counters() -> None:
+    step = gate("after")
+    step = Step(step.id, step.type, step.target, {**step.params, "checks": []})
+    probe = GateProbe([], [])
+    assert analyse(step, probe) == f"analysis of {B} after the switch over 30 s passed: "
+    assert probe.metrics_reads == []

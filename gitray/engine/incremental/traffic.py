@@ -224,10 +224,12 @@ class Traffic:
         probe = step.params.get("probe")
         probed = None
         gate = step.params.get("gate")
-        counts_all = isinstance(probe, Mapping) and gate == AFTER_SWITCH
+        sent = probe if isinstance(probe, Mapping) and any(
+            c.get("type") in _METRIC_CHECKS for c in checks) else None  # the probe measures
+        counts_all = sent is not None and gate == AFTER_SWITCH
         served_before = self._served(ns, cluster) if counts_all else ""
-        if isinstance(probe, Mapping) and any(c.get("type") in _METRIC_CHECKS for c in checks):
-            probed = self._probe(ns, str(backend.get("service")), probe, seconds, report)
+        if sent is not None:
+            probed = self._probe(ns, str(backend.get("service")), sent, seconds, report)
         else:
             self._hold(Step(step.id, StepType.WAIT_INTERVAL, step.target,
                             {"percent": percent, "cluster": cluster}),
