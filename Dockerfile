@@ -6,8 +6,8 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG GO_IMAGE=golang:1.26-bookworm
 
 # ---- tools: the renderers gitray runs (kustomize, helm), built from the Go module proxy ------
-# Pinned to the versions the test environment builds and tests (tests/testenv/kustomize.py,
-# tests/testenv/helm.py; tests/integration/test_image.py checks they agree). Static binaries.
+# Pinned to the versions the test environment builds and tests (testenv/kustomize.py,
+# testenv/helm.py; tests/integration/test_image.py checks they agree). Static binaries.
 FROM ${GO_IMAGE} AS tools
 ARG KUSTOMIZE_VERSION=v5.8.2
 ARG HELM_VERSION=v4.3.2

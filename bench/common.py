@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.manifests import (
+from testenv.helpers import WaitTimeout, wait_for
+from testenv.manifests import (
     RAY_IMAGE,
     cluster_spec,
     dump,
@@ -35,8 +36,7 @@ from tests.manifests import (
     serve_config,
     write_files,
 )
-from tests.testenv.helpers import WaitTimeout, wait_for
-from tests.testenv.procs import free_port
+from testenv.procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("GITRAY_BENCH_OUT") or REPO / "bench" / "out")
@@ -45,7 +45,7 @@ BENCH_NS_PREFIX = "bench-"
 NAMESPACES = [f"{BENCH_NS_PREFIX}{i:02d}" for i in range(10)]
 # The environment's Service CIDR is a /24 (253 ClusterIPs): not enough for thousands of
 # RayService Services. Kubernetes >= 1.33 takes extra ranges as ServiceCIDR objects, so the
-# benchmark adds one through the API instead of touching tests/testenv.
+# benchmark adds one through the API instead of touching testenv.
 EXTRA_SERVICE_CIDR = "10.64.0.0/12"
 
 

@@ -42,7 +42,7 @@ from bench.common import (
     say,
     start_sync,
 )
-from tests.manifests import dump, gitray_config
+from testenv.manifests import dump, gitray_config
 
 WAITING_NS, TEAMS_NS, LEASE_NS = "bench-fleet-wait", "bench-fleet-teams", "bench-fleet-lease"
 WINDOW_S = 60.0

@@ -1,6 +1,6 @@
 """Render cost of Helm charts (issue 32): N charts (default 100), each with a RayService template
 and a values file, each a ``helm:`` entry of gitray.yaml with its own namespace. Needs only helm
-(the one the test environment builds, tests/testenv/helm.py) and no cluster.
+(the one the test environment builds, testenv/helm.py) and no cluster.
 
 Measured:
 - ``gitray validate`` as its own process (every chart rendered: a cold memo), wall time;
@@ -23,8 +23,8 @@ from pathlib import Path
 from gitray.git.source import read_snapshot
 from gitray.plans.load import load_snapshot
 from gitray.render import helm as runner
-from tests.manifests import cluster_spec, dump, serve_config, write_files
-from tests.testenv.helm import build_helm
+from testenv.helm import build_helm
+from testenv.manifests import cluster_spec, dump, serve_config, write_files
 
 
 def repository(root: Path, charts: int) -> None:

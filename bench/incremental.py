@@ -14,10 +14,10 @@ and a success rate >= 99 % of at least 20 requests, ``failureLimit`` 2), which K
 
 Versions: ``good`` (v2 answers every request) and ``bad`` (v2 answers every second request of
 its replica with HTTP 500). Requests: 20/s through the Gateway, a new connection each
-(tests/testenv/load.py), from before the change until the upgrade ended (or the cap).
+(testenv/load.py), from before the change until the upgrade ended (or the cap).
 Measured: seconds from the change landing (``kubectl apply`` / ``git push`` returned) to the
 HTTPRoute's first 100 % on the new cluster and to one cluster left; requests failed (and
-answered by v2); the split observed per weight step (tests/testenv/routes.py); the peak of
+answered by v2); the split observed per weight step (testenv/routes.py); the peak of
 both clusters' Serve ``target_capacity`` summed (each cluster's dashboard, every 2 s); where
 the traffic ended.
 
@@ -45,19 +45,19 @@ from bench.kuberay_drivers import (
     rayclusters,
 )
 from bench.vs_kuberay import uptime
-from tests.integration.gitops import incremental_rayservice
-from tests.testenv import control
-from tests.testenv.gatewayenv import GATEWAY_CLASS
-from tests.testenv.helpers import TestEnv, get_text, http_json, make_namespace, wait_for
-from tests.testenv.load import LoadGenerator
-from tests.testenv.routes import RouteObserver, describe, periods
+from testenv import control
+from testenv.gatewayenv import GATEWAY_CLASS
+from testenv.helpers import TestEnv, get_text, http_json, make_namespace, wait_for
+from testenv.load import LoadGenerator
+from testenv.rayservices import incremental_rayservice
+from testenv.routes import RouteObserver, describe, periods
 
 __all__ = ["manifest", "run", "table"]
 
 SVC = "serve-demo"
 RATE = 20.0
 CAP_S = 600.0
-# as tests.integration.gitops.incremental_rayservice makes them
+# as testenv.rayservices.incremental_rayservice makes them
 OPTIONS = {"gatewayClassName": GATEWAY_CLASS, "stepSizePercent": 25, "maxSurgePercent": 50,
            "intervalSeconds": 15}
 

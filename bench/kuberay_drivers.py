@@ -9,7 +9,7 @@
   Service's ready endpoints and which cluster's pods they are; times are wall-clock.
 
 Nothing is imitated: the API server, KubeRay, kube-proxy and Ray are the real node
-environment's (tests/testenv), Git is the git command, gitray runs as its own process.
+environment's (testenv), Git is the git command, gitray runs as its own process.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import Env, Remote, SyncProc, start_sync
-from tests.manifests import dump, gitray_config
-from tests.testenv import procs
-from tests.testenv.helpers import TestEnv, get_text, http_json, wait_for
+from testenv import procs
+from testenv.helpers import TestEnv, get_text, http_json, wait_for
+from testenv.manifests import dump, gitray_config
 
 __all__ = [
     "Controller",
@@ -75,7 +75,7 @@ class Controller(Protocol):
 
 
 def bench_env(env: TestEnv) -> Env:
-    """bench.common's view of a tests.testenv environment (for start_sync)."""
+    """bench.common's view of a testenv environment (for start_sync)."""
     return Env(env.state.dir, env.kubeconfig, Path(env.state.cache) / "bin", env.state.apiserver,
                started_here=False)
 

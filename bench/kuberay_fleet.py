@@ -41,8 +41,8 @@ from bench.kuberay_drivers import (
     rayclusters,
     rayservice_converged,
 )
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, make_namespace, wait_for
+from testenv.helpers import TestEnv, make_namespace, wait_for
+from testenv.manifests import dump, gitray_config
 
 __all__ = ["FLEET_N", "run_fleet"]
 

@@ -1,6 +1,6 @@
 """Render cost of Kustomize overlays (issue 32): one base RayService and N overlays (default
 100), each its own root with a namespace and a JSON patch. Needs only kustomize (the one the
-test environment builds, tests/testenv/kustomize.py) and no cluster.
+test environment builds, testenv/kustomize.py) and no cluster.
 
 Measured:
 - ``gitray validate`` as its own process (every overlay rendered: a cold memo), wall time;
@@ -23,8 +23,8 @@ from pathlib import Path
 from gitray.git.source import read_snapshot
 from gitray.plans.load import load_snapshot
 from gitray.render import kustomize as runner
-from tests.manifests import cluster_spec, dump, serve_config, write_files
-from tests.testenv.kustomize import build_kustomize
+from testenv.kustomize import build_kustomize
+from testenv.manifests import cluster_spec, dump, serve_config, write_files
 
 
 def repository(root: Path, overlays: int) -> None:

@@ -4,7 +4,7 @@ For each scenario both controllers run in turn, each in a fresh namespace of the
 environment, on the same RayService (``serve-demo``: the examples' RayService sized for the real
 node — ``real_raycluster_spec``, head only unless said — serving the ``hello:build`` app, whose
 answer is its ``greeting`` argument), with real requests (10/s, a new connection each) to the
-serve Service's ClusterIP throughout (``tests/testenv/load.py``):
+serve Service's ClusterIP throughout (``testenv/load.py``):
 
 - **KubeRay**: the RayService applied to the API server; the operator's RayService controller.
 - **gitray**: the same manifest committed to a bare Git remote; ``gitray sync --interval 1s``.
@@ -37,9 +37,9 @@ from bench.kuberay_drivers import (
     serve_url,
 )
 from bench.kuberay_fleet import HEAD_CPU, run_fleet
-from tests.integration.gitops import NEW_IMAGE, real_node_rayservice
-from tests.testenv.helpers import RAY_IMAGE, TestEnv, make_namespace
-from tests.testenv.load import LoadGenerator, LoadResult
+from testenv.helpers import RAY_IMAGE, TestEnv, make_namespace
+from testenv.load import LoadGenerator, LoadResult
+from testenv.rayservices import NEW_IMAGE, real_node_rayservice
 
 __all__ = ["DEFAULT_SCENARIOS", "SCENARIOS", "manifest", "run", "tables"]
 

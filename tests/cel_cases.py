@@ -13,7 +13,7 @@ from typing import Any
 
 from gitray.parsing.crdschema import EACH, CelRule
 from gitray.parsing.kuberay import packaged
-from tests.manifests import cluster_spec, serve_config
+from testenv.manifests import cluster_spec, serve_config
 
 __all__ = ["BREAKS", "RELEASE", "base_manifest", "breaking_manifest", "checked_rules",
            "transition_rules"]

@@ -42,8 +42,10 @@ __all__ = [
     "LiveObject",
     "LiveState",
     "ObjectKey",
+    "Origin",
     "Role",
     "SourceLocation",
+    "ValueLine",
     "Workload",
     "json_copy",
     "stable_hash",
@@ -151,6 +153,29 @@ class Diagnostic:
 
 
 @dataclass(frozen=True)
+class ValueLine:
+    """A line of a Helm template whose value comes from values files (issue 32): the key it
+    sets, the line as helm prints it, and the values-file lines it reads. ``block`` is the key
+    of the block scalar (``serveConfigV2: |``) the line stands in, "" when none."""
+
+    template: SourceLocation
+    key: str
+    text: str  # the line as rendered, without its indentation
+    value: JSON  # the value it sets (None inside a block scalar)
+    values: tuple[SourceLocation, ...]
+    block: str = ""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a rendered workload comes from, for plans: "rendered from charts/x with
+    environments/prod.yaml", and the template lines that read values."""
+
+    text: str
+    lines: tuple[ValueLine, ...] = ()
+
+
+@dataclass(frozen=True)
 class Workload:
     """A validated object from Git: a Ray workload or a supporting object.
 
@@ -163,6 +188,7 @@ class Workload:
     manifest: Mapping[str, JSON] = field(compare=False, hash=False)
     source: SourceLocation
     wave: int = 0
+    origin: Origin | None = field(default=None, compare=False, hash=False)
 
     @property
     def is_ray(self) -> bool:

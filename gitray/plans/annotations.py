@@ -93,9 +93,11 @@ def plan_notices(plan: Plan) -> list[Finding]:
         if not w.has_changes:
             continue
         n = len(w.steps)
+        origin = f"; {w.origin}" if w.origin else ""  # which values files, for a Helm render
         out.append(Finding(Level.NOTICE,
                            f"{w.action.marker} {w.key.kind} {w.key.namespace}/{w.key.name}: "
-                           f"{w.action.value} ({n} step{'s' if n != 1 else ''})", w.source))
+                           f"{w.action.value} ({n} step{'s' if n != 1 else ''}{origin})",
+                           w.source))
     return out
 
 

@@ -16,7 +16,10 @@ and dependencies not vendored into the chart's ``charts/`` (no repository or OCI
 A rendered object without ``metadata.namespace`` belongs to the release namespace, as with
 ``helm install``. Findings about a rendered object name the template it came from (helm's
 ``# Source:`` comments): "rendered from charts/x/templates/rayservice.yaml by helm template x";
-a ``helm template`` error naming a template line is placed at that line.
+one about a line a values file printed is placed at that values line (gitray.plans.helmvalues:
+"rendered through <template> by helm template x"); a ``helm template`` error naming a template
+line is placed at that line. A rendered workload's plan says what it was rendered from ("rendered
+from charts/x with environments/prod.yaml") and which values line a changed field reads.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gitray.core.config import CONFIG_FILE, Config, HelmRelease
-from gitray.core.model import Diagnostic, SourceLocation, Workload
+from gitray.core.model import Diagnostic, Origin, SourceLocation, ValueLine, Workload
 from gitray.core.snapshot import RepoFile
 from gitray.parsing.globs import matches_any
 from gitray.parsing.text import decode_text
 from gitray.parsing.yamlsafe import parse_documents
+from gitray.plans.helmvalues import load_values, match_line, template_lines
 
 __all__ = [
     "CHART_FILE",
@@ -89,6 +93,15 @@ class RenderedChart:
     chart_name: str  # Chart.yaml's name (helm's ``# Source:`` paths start with it)
     namespace: str  # the release namespace
     text: str = ""
+    values: tuple[str, ...] = ()  # the entry's values files, as repository paths
+
+    @property
+    def origin(self) -> str:
+        """What plans say a workload of this render comes from."""
+        chart = self.chart or "."
+        if self.values:
+            return f"rendered from {chart} with {', '.join(self.values)}"
+        return f"rendered from {chart} with its default values"
 
     @property
     def virtual_path(self) -> str:
@@ -187,7 +200,8 @@ def _render(entry: HelmRelease, where: SourceLocation, config: Config,
               and (_under(p, chart) or p in values)}
     namespace = entry.namespace or config.default_namespace
     text, failure = helm(inputs, chart, entry.release, namespace, values)
-    rendered = RenderedChart(entry, chart, str(meta["name"]), namespace, text or "")
+    rendered = RenderedChart(entry, chart, str(meta["name"]), namespace, text or "",
+                             tuple(values))
     if text is None:
         return None, [_error_at(rendered, failure or "failed", where)]
     return rendered, []
@@ -237,12 +251,30 @@ def source_of(rendered: RenderedChart, line: int,
 
 
 def map_diagnostic(rendered: RenderedChart, diagnostic: Diagnostic,
-                   known: list[tuple[int, str]] | None = None) -> Diagnostic:
-    """A finding at a line of the rendered output, moved to the template it came from."""
+                   known: list[tuple[int, str]] | None = None,
+                   lines: Callable[[str], Sequence[ValueLine]] | None = None) -> Diagnostic:
+    """A finding at a line of the rendered output, moved to the values-file line it comes
+    from (``lines``: a template's lines that print values, gitray.plans.helmvalues), else to
+    the template it came from."""
     template = source_of(rendered, diagnostic.location.line, known)
     if template is None:
         return Diagnostic(SourceLocation(posixpath.join(rendered.chart, CHART_FILE)),
                           f"{diagnostic.message} (rendered by {rendered.shown})")
+    output = rendered.text.splitlines()
+    line = diagnostic.location.line
+    printed = match_line(output[line - 1], lines(template)) if lines and \
+        0 < line <= len(output) else []
+    if printed and f"unknown field {printed[0].key!r}" in diagnostic.message:
+        # the template's key is wrong, not the value: at the template line when only one
+        at = printed[0].template if len(printed) == 1 else SourceLocation(template)
+        return Diagnostic(at, f"{diagnostic.message} (rendered from {template} by "
+                          f"{rendered.shown})")
+    if printed:  # at the values line; the template line when only one printed it
+        values = printed[0].values
+        also = f"also reads {', '.join(str(v) for v in values[1:])}; " if values[1:] else ""
+        through = str(printed[0].template) if len(printed) == 1 else template
+        return Diagnostic(values[0], (f"{diagnostic.message} ({also}rendered through "
+                                      f"{through} by {rendered.shown})"))
     return Diagnostic(SourceLocation(template),
                       f"{diagnostic.message} (rendered from {template} by {rendered.shown})")
 
@@ -296,21 +328,42 @@ def render_charts(files: Mapping[str, RepoFile], config: Config, helm: HelmRunne
     return out
 
 
-def at_templates(charts: Mapping[str, RenderedChart], workloads: list[Workload],
-                 diagnostics: list[Diagnostic], warnings: list[Diagnostic]
+def at_templates(charts: Mapping[str, RenderedChart], files: Mapping[str, RepoFile],
+                 workloads: list[Workload], diagnostics: list[Diagnostic],
+                 warnings: list[Diagnostic]
                  ) -> tuple[list[Workload], list[Diagnostic], list[Diagnostic]]:
-    """Findings about rendered objects moved to the templates they came from; a rendered
-    workload's source is its template."""
+    """Findings about rendered objects moved to the values-file lines or templates they came
+    from; a rendered workload's source is its template, its origin the chart and values files
+    it was rendered with (plans say so, and which values line a changed field comes from)."""
     known = {path: sources(chart) for path, chart in charts.items()}
+    values = {path: load_values(c.chart, c.values, files) for path, c in charts.items()}
+    memo: dict[tuple[str, str], list[ValueLine]] = {}
+
+    def lines_of(path: str) -> Callable[[str], list[ValueLine]]:
+        own = posixpath.join(charts[path].chart, "templates") + "/"
+
+        def lines(template: str) -> list[ValueLine]:
+            if (path, template) not in memo:  # a subchart's templates read other values
+                found = files.get(template)
+                text = decode_text(found.data, template)[0] if found and found.data else None
+                memo[path, template] = template_lines(template, text, values[path]) \
+                    if text is not None and template.startswith(own) else []
+            return memo[path, template]
+        return lines
 
     def moved(found: list[Diagnostic]) -> list[Diagnostic]:
-        return [map_diagnostic(charts[d.location.path], d, known[d.location.path])
+        return [map_diagnostic(charts[d.location.path], d, known[d.location.path],
+                               lines_of(d.location.path))
                 if d.location.path in charts else d for d in found]
 
     placed = []
     for w in workloads:
         chart = charts.get(w.source.path)
-        template = source_of(chart, w.source.line, known[w.source.path]) if chart else None
-        placed.append(replace(w, source=SourceLocation(template or w.source.path))
-                      if chart else w)
+        if chart is None:
+            placed.append(w)
+            continue
+        template = source_of(chart, w.source.line, known[w.source.path])
+        lines = tuple(lines_of(w.source.path)(template)) if template else ()
+        placed.append(replace(w, source=SourceLocation(template or w.source.path),
+                              origin=Origin(chart.origin, lines)))
     return placed, moved(diagnostics), moved(warnings)

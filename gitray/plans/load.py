@@ -142,8 +142,8 @@ def load_snapshot(snapshot: Snapshot, overrides: Mapping[str, Any] | None = None
         workloads, diagnostics, warnings = at_sources(rendered, by_path, workloads,
                                                        diagnostics, warnings)
     if charts:
-        workloads, diagnostics, warnings = at_templates(charts, workloads, diagnostics,
-                                                        warnings)
+        workloads, diagnostics, warnings = at_templates(charts, by_path, workloads,
+                                                        diagnostics, warnings)
     _check_duplicates(workloads, diagnostics)
     warnings = _once(warnings)
     if diagnostics:

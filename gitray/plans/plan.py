@@ -108,6 +108,7 @@ class FieldChange:
     path: str
     before: JSON
     after: JSON
+    origin: str = ""  # the values-file lines the new value comes from (a Helm render)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ class WorkloadPlan:
     # display-only (and capacity pre-flight): pod requests added and at peak, when the plan
     # creates, changes or deletes a Ray cluster (gitray.plans.resources)
     resources: ResourceChange | None = None
+    # display-only: what a rendered workload comes from ("rendered from charts/x with ...")
+    origin: str = ""
 
     @property
     def has_changes(self) -> bool:
@@ -184,9 +187,12 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             ],
             "notes": list(w.notes),
             "changes": [
-                {"path": c.path, "before": c.before, "after": c.after} for c in w.changes
+                {"path": c.path, "before": c.before, "after": c.after,
+                 **({"origin": c.origin} if c.origin else {})} for c in w.changes
             ],
         }
+        if w.origin:
+            item["origin"] = w.origin
         if w.source is not None:
             item["source"] = {"path": w.source.path, "line": w.source.line, "col": w.source.col}
         if w.resources is not None:
@@ -249,10 +255,12 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
                 source=SourceLocation(src["path"], src["line"], src["col"]) if src else None,
                 notes=tuple(item.get("notes", ())),
                 changes=tuple(
-                    FieldChange(c["path"], c.get("before"), c.get("after"))
+                    FieldChange(c["path"], c.get("before"), c.get("after"),
+                                str(c.get("origin", "")))
                     for c in item.get("changes", ())
                 ),
                 resources=resource_change_from_json(res) if res else None,
+                origin=str(item.get("origin", "")),
             )
         )
     return Plan(

@@ -46,6 +46,7 @@ from gitray.core.model import (
 )
 from gitray.plans.freeze import frozen_workloads, with_freeze_notes
 from gitray.plans.inputs import explain_inputs, with_inputs
+from gitray.plans.origin import with_origin
 from gitray.plans.plan import Action, BasisObject, Plan, WorkloadPlan
 from gitray.plans.prerequisites import absent_api_notes
 from gitray.plans.raycluster import plan_object, plan_raycluster
@@ -200,7 +201,8 @@ def _plan_one(key: ObjectKey, workload: Workload | None, live: LiveState, config
     # no sensitive value (Secret data, sensitiveFields) leaves the planner
     wp = explain_inputs(_plan_kind(key, workload, live, config, now, exact, remembered))
     wp = replace(wp, resources=workload_resources(key.name, wp.steps, live.owned_by(key)))
-    return redact_plan(wp, rules_for(key.kind, config.sensitive_fields))
+    # a rendered workload: what it was rendered from, and which values line a change reads
+    return with_origin(redact_plan(wp, rules_for(key.kind, config.sensitive_fields)), workload)
 
 
 def _plan_kind(key: ObjectKey, workload: Workload | None, live: LiveState, config: Config,

@@ -45,6 +45,11 @@ def _value(value: JSON) -> str:
 
 
 def _change_line(change: FieldChange) -> str:
+    line = _change(change)
+    return f"{line}  (set in {change.origin})" if change.origin else line
+
+
+def _change(change: FieldChange) -> str:
     if SENSITIVE in (change.before, change.after):  # never a value, only that it changed
         marker = "+" if change.before is None else "-" if change.after is None else "~"
         what = f"{SENSITIVE[:-1]} changed)" if marker == "~" else SENSITIVE
@@ -116,6 +121,8 @@ def _text(plan: Plan, colour: bool) -> str:
         out.append(f"  # {_heading(w)}{where}")
         line = f"  {w.action.marker} {_heading(w)} {_verb(w)}"
         out.append(paint(_COLOURS[w.action], line))
+        if w.origin:
+            out.append(f"      {w.origin}")
         if w.resources is not None and w.has_changes:
             out.append(f"      resources: {resource_summary(w.resources)}")
         out += [f"      {_change_line(c)}" for c in w.changes]
@@ -142,6 +149,8 @@ def _markdown(plan: Plan) -> str:
     for w in changed:
         out += ["<details>", f"<summary><code>{w.action.marker} {_heading(w)}</code> "
                 f"{_verb(w)}</summary>", ""]
+        if w.origin:
+            out += [f"_{w.origin}_", ""]
         if w.resources is not None:
             out += [f"**Resources** ({_PODS_NOTE}): {resource_summary(w.resources)}", ""]
         if w.changes:

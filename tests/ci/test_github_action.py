@@ -1,5 +1,5 @@
 """The GitHub Action (action.yml) run step by step as the runner would, with the environment
-GitHub sets for a pull_request event, against the GitHub contract host (tests/githost): one
+GitHub sets for a pull_request event, against the GitHub contract host (testenv/githost): one
 plan comment created and then edited, outputs written, problems as workflow commands. No
 Kubernetes: the plan is offline, against the pull request's base commit."""
 
@@ -10,8 +10,8 @@ import re
 import shutil
 from pathlib import Path
 
+from testenv.githost.server import GitHost
 from tests.ci.harness import EXAMPLES, ActionRun, base_env, commit_all, git, run_action
-from tests.githost.server import GitHost
 
 TOKEN = "ghs_actionTestToken0123456789abcdef"
 PR = 7

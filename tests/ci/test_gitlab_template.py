@@ -1,6 +1,6 @@
 """The GitLab CI template (ci/gitlab/gitray-plan.yml) run as GitLab would for a merge request
 pipeline: its inputs interpolated, its script run with bash and GitLab's predefined variables,
-against the GitLab contract host (tests/githost): one MR note edited in place, a code-quality
+against the GitLab contract host (testenv/githost): one MR note edited in place, a code-quality
 report in GitLab's documented format, the outputs as a dotenv report. No Kubernetes."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 
+from testenv.githost.server import GitHost
 from tests.ci.harness import (
     EXAMPLES,
     REPO_ROOT,
@@ -22,7 +23,6 @@ from tests.ci.harness import (
     gitlab_job,
     run_gitlab_job,
 )
-from tests.githost.server import GitHost
 from tests.reportschemas import CODE_QUALITY_SCHEMA
 
 TOKEN = "glpat-templateTestToken0123456789"

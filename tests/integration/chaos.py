@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from gitray.engine.failpoints import ENV_VAR
+from testenv import control, procs
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump
+from testenv.procs import free_port
 from tests.integration.gitops import REPO_ROOT
-from tests.manifests import dump
-from tests.testenv import control, procs
-from tests.testenv.helpers import TestEnv, wait_for
-from tests.testenv.procs import free_port
 
 STEP_LINE = re.compile(r" step (\d+)/(\d+) ([a-z-]+)(:?) ")
 

@@ -11,8 +11,8 @@ from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
-from tests.testenv.helpers import TestEnv, WaitTimeout, wait_for
-from tests.testenv.load import LoadResult
+from testenv.helpers import TestEnv, WaitTimeout, wait_for
+from testenv.load import LoadResult
 
 __all__ = ["all_answered", "load_record", "ray_clusters", "selected_cluster",
            "wait_converged"]

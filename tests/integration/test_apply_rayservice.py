@@ -16,18 +16,10 @@ from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
-from tests.integration.gitops import (
-    CALC,
-    GREETER,
-    HELLO,
-    NEW_IMAGE,
-    GitOpsRepo,
-    Gitray,
-    example_rayservice,
-    output,
-)
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, get_text, wait_for
+from testenv.helpers import TestEnv, get_text, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import CALC, GREETER, HELLO, NEW_IMAGE, example_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 
 SVC = "serve-demo"
 

@@ -25,10 +25,11 @@ from gitray.k8s.settings import KubeSettings
 from gitray.plans.materialize import materialize
 from gitray.plans.planner import compute_plan
 from gitray.ray.dashboard import Resolver
-from tests.integration.gitops import NEW_IMAGE, REPO_ROOT, GitOpsRepo, Gitray, output
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
+from testenv.rayservices import NEW_IMAGE
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
 from tests.integration.harness import load_record
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 

@@ -27,13 +27,14 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.record import RunState
+from testenv.helpers import TestEnv, wait_for
+from testenv.load import LoadGenerator
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import real_node_rayservice
 from tests.integration.chaos import Replica
-from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.test_apply_rayservice import Cluster
 from tests.integration.test_daemon import notes, push
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, wait_for
-from tests.testenv.load import LoadGenerator
 
 SVC = "fruit"
 SERVE_SVC, HEAD_SVC = f"{SVC}-serve-svc", f"{SVC}-head-svc"

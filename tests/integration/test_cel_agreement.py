@@ -34,10 +34,10 @@ from gitray.parsing.crdschema import CelRule
 from gitray.parsing.kuberay import KubeRaySchemas, packaged
 from gitray.plans.load import load_snapshot
 from gitray.plans.manifests import managed_labels
+from testenv import control
+from testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from testenv.manifests import dump
 from tests.cel_cases import base_manifest, breaking_manifest, checked_rules, set_at
-from tests.manifests import dump
-from tests.testenv import control
-from tests.testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT.parent / "shared" / "kuberay-v1.7.0" / "ray-operator" / "config" / "crd" / "bases"

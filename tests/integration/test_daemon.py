@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import GREETER, NEW_IMAGE, example_rayservice
 from tests.integration.chaos import Replica, start_replica
-from tests.integration.gitops import GREETER, NEW_IMAGE, GitOpsRepo, example_rayservice
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.harness import ray_clusters
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 SVC = "serve-demo"
 SECRET = "webhook-secret-for-tests"

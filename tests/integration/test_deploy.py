@@ -50,10 +50,10 @@ from gitray.k8s.live import managed_selector, read_live_state
 from gitray.k8s.settings import KubeSettings
 from gitray.parsing.config import env_overrides, parse_config
 from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from testenv import control, node
+from testenv.helpers import TestEnv, raycluster_manifest, wait_for
+from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
-from tests.testenv import control, node
-from tests.testenv.helpers import TestEnv, raycluster_manifest, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -35,6 +35,17 @@ import pytest
 from gitray.core.model import ObjectKey
 from gitray.engine.failpoints import Point
 from gitray.engine.record import Record, RunState
+from testenv.helpers import (
+    EnvUnavailable,
+    TestEnv,
+    drop_namespace,
+    environment,
+    make_namespace,
+    wait_for,
+)
+from testenv.load import LoadGenerator, LoadResult
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import GREETER, example_rayservice
 from tests.integration.chaos import (
     ClusterWatch,
     Replica,
@@ -46,7 +57,7 @@ from tests.integration.chaos import (
     restart_apiserver,
     start_replica,
 )
-from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.harness import (
     all_answered,
     load_record,
@@ -54,16 +65,6 @@ from tests.integration.harness import (
     selected_cluster,
     wait_converged,
 )
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import (
-    EnvUnavailable,
-    TestEnv,
-    drop_namespace,
-    environment,
-    make_namespace,
-    wait_for,
-)
-from tests.testenv.load import LoadGenerator, LoadResult
 
 SVC = "serve-demo"
 UPGRADE_STEPS = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",

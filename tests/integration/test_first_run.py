@@ -17,9 +17,10 @@ from typing import Any
 from kubernetes import client
 from ruamel.yaml import YAML
 
-from tests.integration.gitops import REPO_ROOT, GitOpsRepo, example_rayservice, output
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv
+from testenv.helpers import TestEnv
+from testenv.manifests import dump, gitray_config
+from testenv.rayservices import example_rayservice
+from tests.integration.gitops import REPO_ROOT, GitOpsRepo, output
 
 _yaml = YAML(typ="safe", pure=True)
 SHIPPED_RBAC = REPO_ROOT / "deploy" / "base" / "rbac.yaml"

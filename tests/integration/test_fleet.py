@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.gitops import NEW_IMAGE, GitOpsRepo
+from testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
+from testenv.manifests import cluster_spec, dump, gitray_config
+from testenv.rayservices import NEW_IMAGE
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.harness import ray_clusters
 from tests.integration.test_daemon import notes, push, rs, start_sync
-from tests.manifests import cluster_spec, dump, gitray_config
-from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
 
 IMAGE = "rayproject/ray:2.60.0"
 

@@ -11,8 +11,8 @@ import pytest
 from gitray.k8s.client import Kube
 from gitray.k8s.live import GATEWAY_API, absent_apis
 from gitray.k8s.settings import KubeSettings
-from tests.testenv.gatewayenv import GATEWAY_CLASS
-from tests.testenv.helpers import TestEnv, get_text
+from testenv.gatewayenv import GATEWAY_CLASS
+from testenv.helpers import TestEnv, get_text
 
 pytestmark = pytest.mark.gateway
 

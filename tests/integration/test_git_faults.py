@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo
 from tests.integration.test_daemon import notes
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 NOT_APPLIED = "nothing is applied or pruned until it reads again"

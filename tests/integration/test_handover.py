@@ -40,11 +40,12 @@ from pathlib import Path
 from gitray.core.model import ObjectKey
 from gitray.core.timefmt import parse_timestamp
 from gitray.engine.record import Record, RunState
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import GREETER, example_rayservice
 from tests.integration import harness
 from tests.integration.chaos import Replica, holder_pid, isolated, start_replica
-from tests.integration.gitops import GREETER, GitOpsRepo, example_rayservice
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, wait_for
+from tests.integration.gitops import GitOpsRepo
 
 SVC = "handover"
 FIRST_ROLLOUT = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",

@@ -1,13 +1,15 @@
 """A Helm chart planned by the real ``gitray plan`` against the real API server (issue 32),
-rendered with the real helm v4 of the test environment (tests/testenv/helm.py).
+rendered with the real helm v4 of the test environment (testenv/helm.py).
 
 A chart (a ConfigMap and a suspended RayCluster, neither naming a namespace) released into the
 test's namespace with a values file: the plan against the live cluster (judged by the CRDs it
 serves) creates what ``helm template`` printed, each under its template's name; with the
 objects applied (as helm template printed them), a change of the values file is planned as an
-update under the template's name; a value that renders an invalid object is refused at the
-template. ``gitray apply`` and the daemon render charts once gitray/engine/apply.py passes
-``helm=`` to ``load_snapshot`` (``gitray.render.runners()``), as the CLI does.
+update under the template's name, saying the chart and values file it was rendered with and
+the values line the change reads; a value that renders an invalid object is refused at its
+values line, naming the template line that printed it. ``gitray apply`` and the daemon
+render charts once gitray/engine/apply.py passes ``helm=`` to ``load_snapshot``
+(``gitray.render.runners()``), as the CLI does.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from testenv.helm import helm_for_tests
+from testenv.helpers import TestEnv
+from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
-from tests.testenv.helm import helm_for_tests
-from tests.testenv.helpers import TestEnv
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 CHART = "charts/lab"
@@ -79,6 +81,7 @@ def test_a_chart_is_planned_as_helm_template_prints_it_and_errors_name_the_templ
     assert f"# RayCluster {namespace}/lab  ({CHART}/templates/cluster.yaml:1:1)" in r.stdout
     assert f"# ConfigMap {namespace}/settings  ({CHART}/templates/settings.yaml:1:1)" in r.stdout
     assert "Plan: 2 to create" in r.stdout, output(r)
+    assert r.stdout.count(f"      rendered from {CHART} with env/test.yaml\n") == 2, output(r)
 
     with tempfile.TemporaryDirectory() as home:
         printed = subprocess.run(
@@ -100,13 +103,13 @@ def test_a_chart_is_planned_as_helm_template_prints_it_and_errors_name_the_templ
     r = gitray.run("plan", "--repo", str(repo.path))
     assert r.returncode == 0, output(r)
     assert f"# RayCluster {namespace}/lab  ({CHART}/templates/cluster.yaml:1:1)" in r.stdout
-    assert "maxReplicas: 3 -> 4" in r.stdout, output(r)
+    assert "maxReplicas: 3 -> 4  (set in env/test.yaml:2:1)\n" in r.stdout, output(r)
 
     repo.commit("v3", {"env/test.yaml": "level: 7\nmaxReplicas: 4\n"})
     r = gitray.run("plan", "--repo", str(repo.path))
     assert r.returncode == 1, output(r)
     template = f"{CHART}/templates/settings.yaml"
     assert r.stderr.splitlines()[0] == (
-        f"{template}:1:1: data.level must be a string; quote the value (rendered from "
-        f"{template} by helm template lab {CHART} -n {namespace})"), output(r)
+        "env/test.yaml:1:1: data.level must be a string; quote the value (rendered through "
+        f"{template}:6:3 by helm template lab {CHART} -n {namespace})"), output(r)
     assert "Traceback" not in r.stderr

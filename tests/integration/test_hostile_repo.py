@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from testenv.helpers import TestEnv, make_namespace, wait_for
+from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, make_namespace, wait_for
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"

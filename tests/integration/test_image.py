@@ -2,7 +2,7 @@
 
 The module fixture installs what the build needs (buildah, debootstrap, containerd) with the
 project's own installer and builds the image — or reuses the one cached for these inputs — with
-``tests.testenv.gitray_image.build_gitray_image``: buildah (vfs, chroot isolation), the
+``testenv.gitray_image.build_gitray_image``: buildah (vfs, chroot isolation), the
 unchanged Dockerfile, a locally made ``localhost/python:3.11-slim-bookworm`` base, no registry.
 Then the image is checked from its archive: its metadata, gitray running inside it as uid 10001,
 and ``ctr images import`` into a throwaway containerd. Real tools only; nothing is skipped: a
@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.testenv import gitray_image as gi
-from tests.testenv.helm import HELM
-from tests.testenv.kustomize import KUSTOMIZE
+from testenv import gitray_image as gi
+from testenv.helm import HELM
+from testenv.kustomize import KUSTOMIZE
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = gi.gitray_version()

@@ -32,16 +32,17 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.engine.record import Record, RunState
-from tests.gitea.build import build_any, static_dir
-from tests.gitea.server import ADMIN, Gitea
+from testenv import gitray_image as gi
+from testenv import node
+from testenv.gitea.build import build_any, static_dir
+from testenv.gitea.server import ADMIN, Gitea
+from testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
+from testenv.load import LoadGenerator, LoadResult
+from testenv.manifests import dump, serve_config
+from testenv.rayservices import CALC, GREETER, real_node_rayservice
 from tests.integration.chaos import ClusterWatch, lease_holder
-from tests.integration.gitops import CALC, GREETER, GitOpsRepo, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.harness import all_answered, load_record, selected_cluster, wait_converged
-from tests.manifests import dump, serve_config
-from tests.testenv import gitray_image as gi
-from tests.testenv import node
-from tests.testenv.helpers import TestEnv, drop_namespace, make_namespace, wait_for
-from tests.testenv.load import LoadGenerator, LoadResult
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "deploy" / "overlays" / "testenv"
@@ -369,7 +370,7 @@ def test_rollout_restart_mid_upgrade_resumes_at_the_recorded_step(incluster: InC
 def test_a_namespace_not_bound_by_the_rbac_fails_with_a_clear_status(
         incluster: InCluster) -> None:
     f = incluster
-    from tests.testenv.helpers import real_raycluster_manifest
+    from testenv.helpers import real_raycluster_manifest
 
     # gitray's settings allow the namespace (a user's mistake: the RBAC does not bind it)
     allowed = f.env.core.read_namespaced_config_map("gitray-config", NS).data[

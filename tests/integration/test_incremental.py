@@ -21,14 +21,15 @@ from typing import Any
 
 import pytest
 
+from testenv.gatewayenv import GATEWAY_CLASS
+from testenv.helpers import TestEnv, get_text, wait_for
+from testenv.load import LoadGenerator, LoadResult
+from testenv.manifests import dump, gitray_config
+from testenv.rayservices import incremental_rayservice
+from testenv.routes import SETTLE_S, Period, RouteLog, RouteObserver, describe, periods
 from tests.integration.chaos import isolated, start_replica
-from tests.integration.gitops import GitOpsRepo, Gitray, incremental_rayservice, output
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.harness import ray_clusters
-from tests.manifests import dump, gitray_config
-from tests.testenv.gatewayenv import GATEWAY_CLASS
-from tests.testenv.helpers import TestEnv, get_text, wait_for
-from tests.testenv.load import LoadGenerator, LoadResult
-from tests.testenv.routes import SETTLE_S, Period, RouteLog, RouteObserver, describe, periods
 
 pytestmark = pytest.mark.gateway
 

@@ -7,7 +7,7 @@ import pytest
 from gitray.k8s import client as kube_module
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
-from tests.testenv.helpers import TestEnv
+from testenv.helpers import TestEnv
 
 
 def test_list_reads_every_page_of_one_snapshot(testenv: TestEnv, namespace: str,

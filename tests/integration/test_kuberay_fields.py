@@ -18,17 +18,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.integration.gitops import (
-    CALC,
-    GREETER,
-    HELLO,
-    GitOpsRepo,
-    Gitray,
-    output,
-    real_node_rayservice,
-)
-from tests.manifests import cluster_spec, dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, get_text, wait_for
+from testenv.helpers import TestEnv, get_text, wait_for
+from testenv.manifests import cluster_spec, dump, gitray_config, serve_config
+from testenv.rayservices import CALC, GREETER, HELLO, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 
 MANIFEST = "services/serve-demo.yaml"
 NONE = {"upgradeStrategy": {"type": "None"}}
@@ -210,7 +203,7 @@ def _cron_job(ns: str) -> dict[str, Any]:
 
 def test_a_raycronjob_applied_by_gitray_runs_on_schedule(
         testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
-    """KubeRay's RayCronJob controller (feature gate RayCronJob, tests/testenv/control.py)
+    """KubeRay's RayCronJob controller (feature gate RayCronJob, testenv/control.py)
     starts a RayJob at the next whole minute after gitray created the RayCronJob; gitray
     status shows the schedule and the runs; removing it from Git prunes it and its runs."""
     ns = namespace

@@ -1,5 +1,5 @@
 """Kustomize overlays applied by the real ``gitray apply`` to the real API server (issue 32),
-rendered with the real kustomize v5 of the test environment (tests/testenv/kustomize.py).
+rendered with the real kustomize v5 of the test environment (testenv/kustomize.py).
 
 A base (a ConfigMap and a suspended RayCluster: no pods) and an overlay that puts them in the
 test's namespace and patches them: the live objects are what ``kustomize build`` printed; a
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from testenv.helpers import TestEnv
+from testenv.kustomize import kustomize_for_tests
+from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv
-from tests.testenv.kustomize import kustomize_for_tests
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 _yaml = YAML(typ="safe", pure=True)

@@ -25,8 +25,8 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
+from testenv.helpers import TestEnv, wait_for
 from tests.clock import ManualClock
-from tests.testenv.helpers import TestEnv, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_S, RENEW_S, RETRY_S = 3, 2.0, 0.5  # shortened durations, where a test asks for them

@@ -20,7 +20,7 @@ from gitray.k8s.election import LEASE_API_VERSION, LeaseRecord, LeaseSettings
 from gitray.k8s.lease import Lease
 from gitray.k8s.leasewatch import LeaseWatch
 from gitray.k8s.settings import KubeSettings
-from tests.testenv.helpers import TestEnv, wait_for
+from testenv.helpers import TestEnv, wait_for
 
 
 @pytest.fixture

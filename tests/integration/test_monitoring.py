@@ -30,14 +30,15 @@ from typing import Any
 import pytest
 import yaml
 
+from testenv.gatewayenv import GATEWAY_CLASS
+from testenv.helpers import TestEnv, get_text, wait_for
+from testenv.load import LoadGenerator
+from testenv.manifests import cluster_spec, dump, gitray_config
+from testenv.procs import free_port
+from testenv.rayservices import incremental_rayservice
 from tests.integration.chaos import Replica, isolated, start_replica
-from tests.integration.gitops import GitOpsRepo, incremental_rayservice
+from tests.integration.gitops import GitOpsRepo
 from tests.integration.test_daemon import notes
-from tests.manifests import cluster_spec, dump, gitray_config
-from tests.testenv.gatewayenv import GATEWAY_CLASS
-from tests.testenv.helpers import TestEnv, get_text, wait_for
-from tests.testenv.load import LoadGenerator
-from tests.testenv.procs import free_port
 
 pytestmark = pytest.mark.gateway
 

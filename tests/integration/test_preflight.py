@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.gitops import GREETER, GitOpsRepo, Gitray, output, real_node_rayservice
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import TestEnv, real_raycluster_manifest, wait_for
+from testenv.helpers import TestEnv, real_raycluster_manifest, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import GREETER, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 
 
 def configmap(ns: str, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:

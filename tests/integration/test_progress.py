@@ -32,7 +32,7 @@ from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
 from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
-from tests.testenv.helpers import TestEnv
+from testenv.helpers import TestEnv
 
 INSTANCE = "test"
 STEPS = (StepType.CREATE_CLUSTER, StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv import control
+from testenv import control
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"

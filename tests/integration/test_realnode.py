@@ -22,18 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.gitops import (
-    CALC,
-    GREETER,
-    HELLO,
-    GitOpsRepo,
-    Gitray,
-    output,
-    real_node_rayservice,
-)
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv import control, node, procs
-from tests.testenv.helpers import (
+from testenv import control, node, procs
+from testenv.helpers import (
     RAY_IMAGE,
     TestEnv,
     get_text,
@@ -42,7 +32,10 @@ from tests.testenv.helpers import (
     real_raycluster_spec,
     wait_for,
 )
-from tests.testenv.load import LoadGenerator, LoadResult
+from testenv.load import LoadGenerator, LoadResult
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import CALC, GREETER, HELLO, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO_APP = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}

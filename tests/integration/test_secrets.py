@@ -1,7 +1,7 @@
 """Secrets never leak (issue 6, item 9). A Git token lives in the remote URL
 (``http://gitray:<token>@127.0.0.1:<port>/remote.git``, served by the real ``git http-backend``
 behind a small Basic-auth HTTP server below) and a status token reaches a strict local Git host
-(``tests/githost``, GitHub flavour) that refuses any other token. Every output channel is then
+(``testenv/githost``, GitHub flavour) that refuses any other token. Every output channel is then
 driven — successes, an invalid revision, a Git outage with the token refused, a status host
 answering 500 — and searched for either token:
 
@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from tests.githost.server import GitHost
+from testenv.githost.server import GitHost
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
+from testenv.procs import free_port
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
-from tests.testenv.procs import free_port
 
 GIT_USER = "gitray"
 GIT_TOKEN = "gtok" + secrets.token_hex(12)

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from tests.githost.server import GitHost
+from testenv.githost.server import GitHost
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray, output
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 STATUS_TOKEN = "stok" + secrets.token_hex(12)
 PR = 25
@@ -267,7 +267,7 @@ def test_a_rayjob_that_deletes_itself_runs_once(
 
 
 def small_cluster(ns: str, name: str, revision: int, recreate: bool) -> str:
-    from tests.testenv.helpers import real_raycluster_spec
+    from testenv.helpers import real_raycluster_spec
 
     spec = real_raycluster_spec(workers=0)
     head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.githost.server import GitHost
+from testenv.githost.server import GitHost
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
 from tests.integration.chaos import Replica, start_replica
 from tests.integration.gitops import GitOpsRepo
 from tests.integration.test_daemon import notes
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 STATUS_TOKEN = "status-token-for-signed-commit-tests"
 

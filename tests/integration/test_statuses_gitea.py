@@ -1,6 +1,6 @@
 """Statuses, plan comments and git notes against a real Gitea (built from the Go module proxy by
-tests/gitea/build.py: v1.26.0 — v1.27.3's go.mod declares ``module gitea.dev``, which the proxy
-does not serve under that path — with cgo sqlite; started on 127.0.0.1 by tests/gitea/server.py).
+testenv/gitea/build.py: v1.26.0 — v1.27.3's go.mod declares ``module gitea.dev``, which the proxy
+does not serve under that path — with cgo sqlite; started on 127.0.0.1 by testenv/gitea/server.py).
 
 The Gitea is built on first use (about 9 minutes cold on 2 cores, cached under
 ``$GITRAY_TESTENV_CACHE/gitea-<version>/``) and started once for this module. A build or start
@@ -26,8 +26,8 @@ from gitray.hosts.comments import marker_for, upsert_plan_comment
 from gitray.hosts.notes import NOTES_REF, GitNotesProvider
 from gitray.hosts.publisher import StatusPublisher, make_publisher
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
-from tests.gitea.build import build_any, static_dir
-from tests.gitea.server import ADMIN, Gitea
+from testenv.gitea.build import build_any, static_dir
+from testenv.gitea.server import ADMIN, Gitea
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@localhost", "GIT_TERMINAL_PROMPT": "0",

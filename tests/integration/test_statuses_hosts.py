@@ -1,4 +1,4 @@
-"""Statuses and plan comments against the strict local Git host (tests/githost), which enforces
+"""Statuses and plan comments against the strict local Git host (testenv/githost), which enforces
 GitHub's, Gitea's and GitLab's documented limits: a rollout posts each change once, descriptions
 fit (GitHub 422s at 141 characters), GitLab's repeated-transition 400 is never triggered, and
 500s, hangs and a bad token never reach the sync while the right status ends up on the commit.
@@ -20,8 +20,8 @@ from gitray.hosts import api as host_api
 from gitray.hosts.comments import marker_for, upsert_plan_comment
 from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
+from testenv.githost import GitHost, Request
 from tests.clock import ManualClock
-from tests.githost import GitHost, Request
 
 TOKEN = "glpat-Integration-S3cret"
 SHA = "89abcdef0123456789abcdef0123456789abcdef"

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from testenv.helpers import TestEnv, wait_for
+from testenv.manifests import dump, gitray_config
+from testenv.rayservices import example_rayservice
 from tests.integration.chaos import Replica
-from tests.integration.gitops import GitOpsRepo, Gitray, example_rayservice, output
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.test_daemon import note_lines, notes, push
-from tests.manifests import dump, gitray_config
-from tests.testenv.helpers import TestEnv, wait_for
 
 
 def configmap(ns: str, name: str, value: str) -> str:

@@ -14,8 +14,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from tests.testenv import control, procs
-from tests.testenv.helpers import TestEnv, http_json, raycluster_manifest, wait_for
+from testenv import control, procs
+from testenv.helpers import TestEnv, http_json, raycluster_manifest, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = {"name": "hello", "route_prefix": "/hello", "import_path": "hello:app"}

@@ -16,12 +16,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from testenv.helpers import RAY_IMAGE, TestEnv, get_text, wait_for
+from testenv.load import LoadGenerator
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import real_node_rayservice
 from tests.integration.chaos import ClusterWatch, isolated, start_replica
-from tests.integration.gitops import GitOpsRepo, Gitray, output, real_node_rayservice
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.harness import ray_clusters
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import RAY_IMAGE, TestEnv, get_text, wait_for
-from tests.testenv.load import LoadGenerator
 
 SVC = "serve-demo"
 GREETING = "hello from gitray testenv"

@@ -34,16 +34,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.chaos import Replica, holder_pid, isolated, lease_holder, start_replica
-from tests.integration.gitops import CALC, GREETER, GitOpsRepo, example_rayservice
-from tests.manifests import dump, gitray_config, serve_config
-from tests.testenv.helpers import (
+from testenv.helpers import (
     EnvUnavailable,
     TestEnv,
     environment,
     make_namespace,
     wait_for,
 )
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import CALC, GREETER, example_rayservice
+from tests.integration.chaos import Replica, holder_pid, isolated, lease_holder, start_replica
+from tests.integration.gitops import GitOpsRepo
 
 SVC = "serve-demo"
 BROKEN = ("broken", "/broken", "serve_apps.nope:app")

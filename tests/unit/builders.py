@@ -1,6 +1,6 @@
 """Planner inputs for table-driven tests: workloads and live states as plain values.
 
-Manifest builders (cluster specs, Serve configs) come from ``tests.manifests``. These are
+Manifest builders (cluster specs, Serve configs) come from ``testenv.manifests``. These are
 test doubles for *pure planner inputs* only (allowed by the project rules); anything
 that touches Kubernetes or Ray is tested against the real environment in tests/integration.
 """
@@ -26,7 +26,7 @@ from gitray.core.model import (
 from gitray.plans.manifests import service_cluster_manifest
 from gitray.plans.materialize import as_live, materialize
 from gitray.plans.names import parse_serve_config, serve_config_hash
-from tests.manifests import cluster_spec, serve_config
+from testenv.manifests import cluster_spec, serve_config
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 CONFIG = Config()

@@ -22,6 +22,7 @@ from gitray.parsing.crdschema import CelRule
 from gitray.parsing.kuberay import packaged
 from gitray.plans.load import load_snapshot
 from gitray.plans.transitions import transition_problems
+from testenv.manifests import dump
 from tests.cel_cases import (
     RELEASE,
     base_manifest,
@@ -30,7 +31,6 @@ from tests.cel_cases import (
     set_at,
     transition_rules,
 )
-from tests.manifests import dump
 
 CONFIG = "apiVersion: gitray.io/v1alpha1\nkind: Config\nkuberayVersion: {}\n"
 CASES = checked_rules()

@@ -1,5 +1,5 @@
 """`gitray plan --comment`: one PR comment per repository path, kept up to date, against a
-strict local Git-host API (tests/githost: a test double of a Git host, not of Kubernetes)."""
+strict local Git-host API (testenv/githost: a test double of a Git host, not of Kubernetes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gitray.cli.app import main
-from tests.githost.server import GitHost
+from testenv.githost.server import GitHost
 
 EXAMPLES = Path(__file__).parents[2] / "examples-repo"
 TOKEN = "ghp_cli_comment_test_token"

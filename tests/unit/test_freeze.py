@@ -23,7 +23,7 @@ from gitray.parsing.cron import parse_cron
 from gitray.plans.freeze import Freeze, freeze_note, frozen_workloads, open_windows
 from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan
-from tests.manifests import dump, gitray_config
+from testenv.manifests import dump, gitray_config
 from tests.unit.builders import NOW, live, raycluster, rayservice
 
 MON_NOON = NOW  # 2026-11-30 12:00 UTC, a Monday

@@ -15,7 +15,7 @@ from gitray.plans.health import (
     workload_health,
 )
 from gitray.plans.materialize import as_live
-from tests.manifests import cluster_spec
+from testenv.manifests import cluster_spec
 
 READY = {"state": "ready", "readyWorkerReplicas": 1, "desiredWorkerReplicas": 1,
          "conditions": [{"type": "HeadPodReady", "status": "True"}]}

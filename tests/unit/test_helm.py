@@ -1,5 +1,5 @@
 """Helm charts (gitray/plans/helm.py, gitray/render/helm.py; issue 32), rendered with the real
-helm v4 the test environment builds (tests/testenv/helm.py): charts named in gitray.yaml's
+helm v4 the test environment builds (testenv/helm.py): charts named in gitray.yaml's
 ``helm:`` rendered to what `helm template` prints and planned as usual, findings that name the
 template, hostile charts refused in bounded time, the memo by input digest."""
 
@@ -26,7 +26,7 @@ from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.render import helm as runner
 from gitray.render.kustomize import RenderLimits
-from tests.testenv.helm import helm_for_tests
+from testenv.helm import helm_for_tests
 from tests.unit.builders import live
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples-repo" / "helm"
@@ -126,7 +126,7 @@ def test_a_namespace_less_object_goes_to_the_release_namespace() -> None:
 
 
 def test_an_error_in_a_rendered_object_names_its_template() -> None:
-    bad = example_files()[TEMPLATE].replace("rayVersion:", "rayVersionn:")
+    bad = example_files()[TEMPLATE].replace("rayStartParams: {}", "rayStartParamz: {}")
     found = errors(load(example_files({TEMPLATE: bad})))
     assert found and all(e.startswith(f"{TEMPLATE}:1:1: ") for e in found), found
     assert [e.rsplit("-n ", 1)[1] for e in found] == ["ray-prod)", "ray-staging)"], found
@@ -275,7 +275,10 @@ def test_the_plan_of_a_values_change_says_which_release_upgrades() -> None:
                        "ray-staging/RayService/text-service": Action.NOOP}
     text = render(plan, Format.TEXT)
     assert f"# RayService ray-prod/text-service  ({TEMPLATE}:1:1)\n" in text
-    assert ('image: "rayproject/ray:2.60.0" -> "rayproject/ray:2.61.0"\n') in text
+    line = len(prod.splitlines())  # the image line the change reads
+    assert ('image: "rayproject/ray:2.60.0" -> "rayproject/ray:2.61.0"  (set in '
+            f'environments/prod.yaml:{line}:1)\n') in text
+    assert "      rendered from charts/text-service with environments/prod.yaml\n" in text
 
 
 def test_cli_plans_the_example_chart(capsys: pytest.CaptureFixture[str]) -> None:
@@ -283,6 +286,9 @@ def test_cli_plans_the_example_chart(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert f"# RayService ray-prod/text-service  ({TEMPLATE}:1:1)" in out
     assert f"# RayService ray-staging/text-service  ({TEMPLATE}:1:1)" in out
+    assert out.count("      rendered from charts/text-service with environments/prod.yaml\n") == 1
+    assert out.count("      rendered from charts/text-service with environments/staging.yaml\n") \
+        == 1
     assert "Plan: 2 to create" in out
 
 

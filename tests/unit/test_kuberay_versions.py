@@ -19,8 +19,8 @@ from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.parsing.kuberay import UNKNOWN, from_crds, packaged
 from gitray.plans.load import load_snapshot
 from gitray.plans.planner import compute_plan
+from testenv.manifests import dump
 from tests.cel_cases import base_manifest, set_at
-from tests.manifests import dump
 
 CRDS = Path(__file__).resolve().parents[3] / "shared" / "kuberay-v1.7.0" / "ray-operator" / \
     "config" / "crd" / "bases"

@@ -1,5 +1,5 @@
 """Kustomize overlays (gitray/plans/kustomize.py, gitray/render/kustomize.py; issue 32), rendered
-with the real kustomize v5 the test environment builds (tests/testenv/kustomize.py): which
+with the real kustomize v5 the test environment builds (testenv/kustomize.py): which
 kustomizations are rendered, output equal to `kustomize build`, errors at the patch or base
 line, hostile kustomizations refused in bounded time, the memo by input digest, and plans that
 say which overlay a change comes from."""
@@ -25,7 +25,7 @@ from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.render import kustomize as runner
-from tests.testenv.kustomize import kustomize_for_tests
+from testenv.kustomize import kustomize_for_tests
 from tests.unit.builders import live
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples-repo" / "kustomize"

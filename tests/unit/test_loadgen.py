@@ -1,4 +1,4 @@
-"""The bounded load generator of the test environment (tests/testenv/load.py), on loopback."""
+"""The bounded load generator of the test environment (testenv/load.py), on loopback."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testenv import procs
-from tests.testenv.load import MAX_COUNT, LoadGenerator, check_target
+from testenv import procs
+from testenv.load import MAX_COUNT, LoadGenerator, check_target
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 
 from gitray.core.model import ObjectKey
 from gitray.daemon.metrics import Metrics
-from tests.testenv.components import missing
+from testenv.components import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"

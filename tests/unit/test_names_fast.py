@@ -19,7 +19,7 @@ from gitray.plans.names import (
     parse_serve_config,
     remember_serve_config,
 )
-from tests.manifests import cluster_spec, serve_config
+from testenv.manifests import cluster_spec, serve_config
 
 
 def _old_blank(cluster: Mapping[str, Any], *, bounds: bool = True) -> dict[str, Any]:

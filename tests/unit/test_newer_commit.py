@@ -13,8 +13,9 @@ from gitray.engine.apply import desired_from
 from gitray.git.source import fetch_branch, read_snapshot
 from gitray.plans.load import LoadMemo
 from gitray.plans.rayservice.planner import desired_hash
-from tests.integration.gitops import GitOpsRepo, example_rayservice
-from tests.manifests import dump, gitray_config
+from testenv.manifests import dump, gitray_config
+from testenv.rayservices import example_rayservice
+from tests.integration.gitops import GitOpsRepo
 
 NS = "team-a"
 KEY = ObjectKey("RayService", NS, "serve-demo")

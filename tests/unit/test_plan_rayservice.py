@@ -13,7 +13,7 @@ from gitray.plans.names import service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan
 from gitray.plans.rayservice.context import MIN_DELETION_DELAY_S
-from tests.manifests import serve_config
+from testenv.manifests import serve_config
 from tests.unit.builders import (
     CONFIG,
     NOW,

@@ -19,7 +19,7 @@ from gitray.plans.materialize import as_live, materialize
 from gitray.plans.names import cluster_hash, service_cluster_name
 from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
 from gitray.plans.planner import compute_plan
-from tests.manifests import serve_config
+from testenv.manifests import serve_config
 from tests.unit.builders import CONFIG, NOW, cluster_for, live, rayservice, with_objects
 
 T = StepType

@@ -17,7 +17,7 @@ from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
 from gitray.plans.plan import Action, StepType
 from gitray.plans.planner import compute_plan
 from gitray.plans.servefile import resolve_serve_file
-from tests.manifests import cluster_spec, dump, serve_config, write_files
+from testenv.manifests import cluster_spec, dump, serve_config, write_files
 from tests.unit.builders import live
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """Commit statuses: context names, trimming, GitLab's states, redaction, tokens, and the
 publisher's de-duplication and retry queue (against a scripted provider), plus the secrets test
-against the strict local Git host (tests/githost) on every path: success, 401, 500, timeouts.
+against the strict local Git host (testenv/githost) on every path: success, 401, 500, timeouts.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from gitray.hosts.status import (
     step_description,
     trim,
 )
+from testenv.githost import GitHost
 from tests.clock import ManualClock
-from tests.githost import GitHost
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "ghp_S3cretT0ken/with+odd=chars"

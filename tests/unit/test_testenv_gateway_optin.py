@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv import build, cli, control, gitray_image, images, node, traefik
-from tests.testenv.traefik import GatewayLayout
+from testenv import build, cli, control, gitray_image, images, node, traefik
+from testenv.traefik import GatewayLayout
 
 VERSIONS = {"kubernetes": "v1.36.3", "etcd": "v3.6.16", "kwok": "v0.8.0", "kuberay": "v1.7.0",
             "coredns": "v1.14.7"}
@@ -127,7 +127,7 @@ def test_gateway_tests_fail_naming_the_build_when_it_is_missing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The `gateway`-marked integration tests' environment (tests/integration/conftest.py):
     a failure naming the command, never a skip, and nothing started."""
-    from tests.testenv.helpers import EnvUnavailable, environment
+    from testenv.helpers import EnvUnavailable, environment
 
     with pytest.raises(EnvUnavailable, match=r"run: scripts/testenv build$"), \
             environment(None, real_node=True, gateway=True):

@@ -1,5 +1,5 @@
 """The test environment's build recipe for Traefik and the Gateway API CRDs
-(tests/testenv/traefik.py): its cache layout and the checks it makes before compiling.
+(testenv/traefik.py): its cache layout and the checks it makes before compiling.
 The real build is measured in docs/testenv.md."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv import build
-from tests.testenv.traefik import GATEWAY_API, TRAEFIK, GatewayLayout, _required_version
+from testenv import build
+from testenv.traefik import GATEWAY_API, TRAEFIK, GatewayLayout, _required_version
 
 GOMOD = """\
 module github.com/traefik/traefik/v3
@@ -65,7 +65,7 @@ def test_traefik_attaches_gitrays_gateways_and_exposes_metrics_apart() -> None:
     """Traefik attaches a Gateway listener (gitray's listen on 80) to the entry point whose
     address ends in its port; ping and metrics stay on 127.0.0.1, a port of their own."""
     from gitray.plans.rayservice.gateway import GATEWAY_PORT
-    from tests.testenv.gatewayenv import crd_names, gateway_address, traefik_args
+    from testenv.gatewayenv import crd_names, gateway_address, traefik_args
 
     address = gateway_address(7)
     assert address == "127.7.254.1"  # the environment's own /16, outside kwok's ranges

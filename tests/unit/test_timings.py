@@ -1,4 +1,4 @@
-"""The timing summary of scripts/test (tests/testenv/timings.py): per-module seconds and
+"""The timing summary of scripts/test (testenv/timings.py): per-module seconds and
 outcomes from pytest's reports, build components, and the plain closing line that CI reads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv import timings
+from testenv import timings
 
 
 class Session:

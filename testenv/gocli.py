@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.build import BuildError, _go_version, _Runner, cache_root
-from tests.testenv.timings import note_build
+from testenv.build import BuildError, _go_version, _Runner, cache_root
+from testenv.timings import note_build
 
 __all__ = ["GoCli"]
 
@@ -87,7 +87,7 @@ class GoCli:
     def for_tests(self) -> str:
         """The binary the rendering tests run: the one built here, else ``$<env_var>``, else
         one on PATH. Missing: the test fails with CI=true, else is skipped saying why."""
-        from tests.testenv.components import missing  # pytest: only when tests run
+        from testenv.components import missing  # pytest: only when tests run
 
         built = self.binary()
         found = (str(built) if built.is_file() else None) or os.environ.get(self.env_var) \

@@ -3,7 +3,7 @@
 - :class:`RouteObserver` records the route's backend weights over time, as the API server holds
   them (polled every 0.25 s), keyed by cluster (``<cluster>-serve-svc`` backends, the naming of
   both gitray's and KubeRay's incremental upgrade).
-- :func:`periods` splits a load generator's timeline (tests/testenv/load.py) by those weights:
+- :func:`periods` splits a load generator's timeline (testenv/load.py) by those weights:
   the requests sent while each set of weights held, from ``settle`` seconds after the change
   (Traefik applies a route change after its provider's watch and a 2 s throttle) to the next,
   with what answered them.
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.testenv.load import LoadResult
+from testenv.load import LoadResult
 
 __all__ = ["Period", "RouteLog", "RouteObserver", "describe", "periods"]
 

@@ -1,8 +1,8 @@
 """Helpers for code that uses a running test environment (pytest fixtures, bench/, demos).
 
-Needs the `kubernetes` package (the rest of tests.testenv is stdlib only)::
+Needs the `kubernetes` package (the rest of testenv is stdlib only)::
 
-    from tests.testenv.helpers import TestEnv
+    from testenv.helpers import TestEnv
     env = TestEnv.from_state_dir(Path(os.environ["GITRAY_TESTENV_STATE"]))
     env.core.list_node()
 """
@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.testenv import control, procs
+from testenv import control, procs
 
 T = TypeVar("T")
 
 # Never pulled. On kwok's nodes the pod is not run (the Ray pod runner runs Ray on the host);
-# on the real node it is the locally built image of the same Ray version (tests/testenv/images.py)
+# on the real node it is the locally built image of the same Ray version (testenv/images.py)
 RAY_IMAGE = "rayproject/ray:2.60.0"
 
 
@@ -354,7 +354,7 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
         finally:
             env.close()
         return
-    from tests.testenv import build
+    from testenv import build
 
     try:
         lay = build.layout(probe_if_needed=False)
@@ -364,7 +364,7 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
         raise EnvUnavailable(f"test environment not built (incomplete {lay.dir}); "
                              "run: scripts/testenv build")
     if gateway:
-        from tests.testenv import gatewayenv, traefik
+        from testenv import gatewayenv, traefik
 
         try:
             gatewayenv.require_built(traefik.GatewayLayout(lay.root))

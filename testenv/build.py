@@ -16,11 +16,11 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/<key>/build.log     full output of every go command
     <root>/<key>/src/          throwaway modules used for the builds
     <root>/kustomize-<v>/bin/kustomize  the real kustomize v5 of the rendering tests, keyed by
-                               its own version (tests/testenv/kustomize.py)
+                               its own version (testenv/kustomize.py)
     <root>/helm-<v>/bin/helm   the real helm v4 of the chart-rendering tests, keyed by its own
-                               version (tests/testenv/helm.py)
+                               version (testenv/helm.py)
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
-                               by their own versions (tests/testenv/traefik.py); built last
+                               by their own versions (testenv/traefik.py); built last
                                by ``main``, needed only by ``up --gateway``
 
 ``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.timings import note_build
+from testenv.timings import note_build
 
 # Preferred version first; later entries are fallbacks used only when the proxy does not serve
 # the earlier ones (probed with `go mod download`). ray-operator v1.7.0 has a .mod but its zip is
@@ -126,7 +126,7 @@ class Layout:
         return self.bin / name
 
     def complete(self) -> bool:
-        from tests.testenv import images
+        from testenv import images
 
         return (
             all(self.binary(b).is_file() for b in BINARIES)
@@ -352,7 +352,7 @@ def _build_kuberay(lay: Layout, run: _Runner) -> None:
 
 
 def _build_coredns(lay: Layout, run: _Runner) -> None:
-    """CoreDNS with only the plugins the node uses (tests/testenv/gosrc/coredns/main.go)."""
+    """CoreDNS with only the plugins the node uses (testenv/gosrc/coredns/main.go)."""
     module, version = CANDIDATES["coredns"][0], lay.versions["coredns"]
     src = lay.dir / "src" / "coredns"
     src.mkdir(parents=True, exist_ok=True)
@@ -481,7 +481,7 @@ class _Lane:
 
 
 def _ray_image(lay: Layout, timings: dict[str, float]) -> None:
-    from tests.testenv import images
+    from testenv import images
 
     print(f"Ray image {', '.join(images.RAY_TAGS)}: building, beside the compiles (log: "
           f"{images.ray_work_dir(lay.root)}/build.log) ...", flush=True)
@@ -512,7 +512,7 @@ def build(root: Path | None = None) -> Layout:
         ("kubernetes", K8S_COMMANDS, _build_kubernetes),
         ("coredns", ["coredns"], _build_coredns),
     ]
-    from tests.testenv import gitray_image, images
+    from testenv import gitray_image, images
 
     # The Ray image and gitray's own (built from the Dockerfile; the in-cluster tests run it)
     # are mostly downloads and file copies (debootstrap, pip): they are built, one after the
@@ -562,7 +562,7 @@ def build(root: Path | None = None) -> Layout:
         if not lay.binary("pause").is_file():
             t0 = time.monotonic()
             _build_pause(lay, run)
-            print(f"pause (tests/testenv/gosrc/pause): built in {time.monotonic() - t0:.0f}s")
+            print(f"pause (testenv/gosrc/pause): built in {time.monotonic() - t0:.0f}s")
         if images.pause_image_path(lay.root).is_file():
             print(f"pause image {images.PAUSE_TAG}: cached")
         else:
@@ -602,13 +602,13 @@ def main(gateway_only: bool = False) -> int:
             lay = build()
             print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
         if not gateway_only:
-            from tests.testenv.kustomize import build_kustomize
+            from testenv.kustomize import build_kustomize
 
             build_kustomize(cache_root(), say=lambda m: print(m, flush=True))
-            from tests.testenv.helm import build_helm
+            from testenv.helm import build_helm
 
             build_helm(cache_root(), say=lambda m: print(m, flush=True))
-        from tests.testenv.traefik import build_gateway
+        from testenv.traefik import build_gateway
 
         gl = build_gateway(cache_root(), say=lambda m: print(m, flush=True))
         print(f"Traefik and the Gateway API CRDs ready in {gl.traefik_dir}, {gl.crds} "

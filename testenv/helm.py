@@ -2,7 +2,7 @@
 proxy into the test-environment cache, keyed by its own version. Stdlib only. Part of every
 ``scripts/testenv build`` (after kustomize, before Traefik). Like kustomize: never committed.
 
-Built and found as ``tests/testenv/gocli.py`` says (``<root>/helm-<version>/bin/helm``, the
+Built and found as ``testenv/gocli.py`` says (``<root>/helm-<version>/bin/helm``, the
 CLI of helm.sh/helm/v4/cmd/helm).
 
 v4.3.2: the newest helm v4 the module proxy serves here. Tests find the binary with
@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.testenv.gocli import GoCli
+from testenv.gocli import GoCli
 
 __all__ = ["HELM", "build_helm", "helm_binary", "helm_for_tests"]
 
 HELM = ("helm.sh/helm/v4", "v4.3.2")
 _CLI = GoCli("helm", HELM[0], HELM[1], "helm.sh/helm/v4/cmd/helm",
              f"-X helm.sh/helm/v4/internal/version.version={HELM[1]}", ("version", "--short"),
-             "GITRAY_HELM", "tests/testenv/helm.py")
+             "GITRAY_HELM", "testenv/helm.py")
 
 
 def helm_binary(root: Path | None = None) -> Path:

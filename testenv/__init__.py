@@ -14,8 +14,8 @@ Needs the project's dependencies (kubernetes, ray):
 
 Typical use outside pytest (bench/, demos)::
 
-    from tests.testenv import control
-    from tests.testenv.helpers import TestEnv
+    from testenv import control
+    from testenv.helpers import TestEnv
     state = control.up(state_dir)          # or control.State.load(existing_dir)
     env = TestEnv(state)
     ...

@@ -2,7 +2,7 @@
 proxy into the test-environment cache, keyed by its own version. Stdlib only. Part of every
 ``scripts/testenv build`` (after the environment, before Traefik).
 
-Built and found as ``tests/testenv/gocli.py`` says (``<root>/kustomize-<version>/bin/kustomize``).
+Built and found as ``testenv/gocli.py`` says (``<root>/kustomize-<version>/bin/kustomize``).
 
 v5.8.2: the newest CLI whose go.mod asks for no newer Go than this machine's 1.26 (v5.8.3 needs
 1.27); it requires sigs.k8s.io/kustomize/api v0.21.2. Tests find the binary with
@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.testenv.gocli import GoCli
+from testenv.gocli import GoCli
 
 __all__ = ["KUSTOMIZE", "build_kustomize", "kustomize_binary", "kustomize_for_tests"]
 
 KUSTOMIZE = ("sigs.k8s.io/kustomize/kustomize/v5", "v5.8.2")
 _CLI = GoCli("kustomize", KUSTOMIZE[0], KUSTOMIZE[1], KUSTOMIZE[0],
              f"-X sigs.k8s.io/kustomize/api/provenance.version=kustomize/{KUSTOMIZE[1]}",
-             ("version",), "GITRAY_KUSTOMIZE", "tests/testenv/kustomize.py")
+             ("version",), "GITRAY_KUSTOMIZE", "testenv/kustomize.py")
 
 
 def kustomize_binary(root: Path | None = None) -> Path:

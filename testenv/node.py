@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.testenv import procs
+from testenv import procs
 
 BRIDGE = "gitray0"
 NODE_IP = "198.18.0.1"

@@ -2,7 +2,7 @@
 
 Run by `scripts/testenv up` as its own process::
 
-    python -m tests.testenv.raypods --kubeconfig K --state-dir D --ready-file F
+    python -m testenv.raypods --kubeconfig K --state-dir D --ready-file F
 
 It watches pods labelled ``ray.io/node-type=head``. For each one kwok reports ``Running`` with a
 pod IP it starts a real Ray head (``ray start --head --block``) bound to that IP, with the
@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.testenv import procs
+from testenv import procs
 
 log = logging.getLogger("raypods")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 APPS = REPO / "tests" / "integration" / "apps"
 EXAMPLES = REPO / "examples-repo"  # its Serve apps (serve_apps.*), as an image would ship them
 HEAD_SELECTOR = "ray.io/node-type=head"

@@ -5,7 +5,7 @@ Started by ``scripts/testenv up --gateway`` (real node only: Traefik sends reque
 pods' addresses in its EndpointSlices, which kwok's loopback pods never get).
 tests/integration/test_incremental.py sends requests through it.
 
-- The CRDs are ``config/crd/standard`` of sigs.k8s.io/gateway-api (tests/testenv/traefik.py),
+- The CRDs are ``config/crd/standard`` of sigs.k8s.io/gateway-api (testenv/traefik.py),
   applied server-side and waited for (Established).
 - Traefik binds its ``web`` entry point to ``127.<pod net>.254.1:80``: inside this
   environment's claimed loopback /16 (kwok's pods use .0 and .1, kwok's own cidr .255), so
@@ -26,8 +26,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.testenv import control, procs
-from tests.testenv.traefik import GatewayLayout
+from testenv import control, procs
+from testenv.traefik import GatewayLayout
 
 __all__ = ["CONTROLLER_NAME", "GATEWAY_CLASS", "LATENCY_BUCKETS", "crd_names",
            "gateway_address", "gateway_up", "require_built", "traefik_args"]

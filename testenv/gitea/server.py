@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.testenv.procs import free_port
+from testenv.procs import free_port
 
 ADMIN = "gitray-admin"
 

@@ -4,6 +4,6 @@ characters, GitLab 400 on a repeated transition), token checks, pagination, faul
 (500s, hangs) and a request log. See server.py.
 """
 
-from tests.githost.server import Fault, GitHost, Request
+from testenv.githost.server import Fault, GitHost, Request
 
 __all__ = ["Fault", "GitHost", "Request"]

@@ -4,10 +4,10 @@
 kube-controller-manager, kube-scheduler, kwok (+ two fake Nodes with loopback podCIDRs), the
 real node by default (node.py: containerd, kubelet, kube-proxy, CoreDNS; Ray runs in real pods
 there, and kwok's nodes are tainted for scale tests) and the KubeRay operator (out of cluster).
-Without the real node (`--no-node`), the Ray pod runner (`tests/testenv/raypods.py`) runs Ray
+Without the real node (`--no-node`), the Ray pod runner (`testenv/raypods.py`) runs Ray
 heads on the host for kwok's pods instead. The control plane binds 127.0.0.1 on free ports;
 PIDs, ports and paths go to ``<state-dir>/state.json``. With ``gateway`` (real node only), a
-Gateway too: the Gateway API CRDs and Traefik (tests/testenv/gatewayenv.py; not run yet).
+Gateway too: the Gateway API CRDs and Traefik (testenv/gatewayenv.py; not run yet).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.testenv import build, images, node, procs
+from testenv import build, images, node, procs
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 NODE_NAMES = ["kwok-node-0", "kwok-node-1"]
 SERVICE_CIDR = "10.0.0.0/24"  # bookkeeping only: never dialled
 
@@ -273,7 +273,7 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
             f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
         )
     if gateway:  # a cache from before Traefik was built: refused here, not half-way up
-        from tests.testenv import gatewayenv, traefik
+        from testenv import gatewayenv, traefik
 
         gatewayenv.require_built(traefik.GatewayLayout(lay.root))
     t0 = time.monotonic()
@@ -454,7 +454,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None],
     if state.node:
         _node_up(state, lay, starter, step)
     if gateway:  # before KubeRay: its incremental-upgrade gate needs the Gateway API kinds
-        from tests.testenv import gatewayenv, traefik
+        from testenv import gatewayenv, traefik
 
         gatewayenv.gateway_up(state, traefik.GatewayLayout(lay.root), starter, step)
 
@@ -483,7 +483,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None],
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                        os.environ.get("PYTHONPATH")]))}
     pid, log = starter.start("raypods", [
-        sys.executable, "-m", "tests.testenv.raypods", "--kubeconfig", kconf,
+        sys.executable, "-m", "testenv.raypods", "--kubeconfig", kconf,
         "--state-dir", str(d), "--ready-file", str(ready_file),
     ], [], env=env)
     _wait("ray pod runner", ready_file.is_file, 60, pid, log)

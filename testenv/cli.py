@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.testenv import build, control
+from testenv import build, control
 
 
 def main(argv: list[str]) -> int:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 # Debian packages the project's own scripts install (buildah builds, debootstrap makes the base,
 # containerd brings `ctr` for the import).
@@ -499,7 +499,7 @@ def build_gitray_image(cache_dir: Path | None = None,
     Cached by the hash of its inputs (`INPUTS`, the base image's key and this recipe); one line
     of output with the time it took. Interrupted builds leave only temporary files and working
     containers, removed by the next run."""
-    from tests.testenv import goimage  # it builds on this module
+    from testenv import goimage  # it builds on this module
 
     t0 = time.monotonic()
     images = images_dir(cache_dir)

@@ -1,6 +1,6 @@
 """Build Gitea from the Go module proxy into a version-keyed cache. Stdlib only; does I/O.
 
-``python -m tests.gitea.build`` builds (or reuses) the binary and prints its path.
+``python -m testenv.gitea.build`` builds (or reuses) the binary and prints its path.
 
 Gitea's go.mod has ``replace`` directives, so ``go install code.gitea.io/gitea@vX`` is refused.
 A throwaway module requires ``code.gitea.io/gitea vX`` and copies every ``replace`` line from

@@ -1,5 +1,5 @@
 // The test environment's pod sandbox ("pause") program: holds a pod's namespaces open until it
-// is told to stop. Built statically by tests/testenv/build.py into the pause image.
+// is told to stop. Built statically by testenv/build.py into the pause image.
 package main
 
 import (

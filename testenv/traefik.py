@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.build import BuildError, _download, module_dir
-from tests.testenv.timings import note_build
+from testenv.build import BuildError, _download, module_dir
+from testenv.timings import note_build
 
 __all__ = ["GATEWAY_API", "TRAEFIK", "GatewayLayout", "build_gateway"]
 

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.testenv import gitray_image as gi
+from testenv import gitray_image as gi
 
 GO_TAG = "localhost/golang:1.26-bookworm"
 GO_LABEL = "io.gitray.testenv.go"

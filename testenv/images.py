@@ -9,7 +9,7 @@ No registry is reachable (and none may be pulled from), so the node's images are
   ``localhost/gitray-ray:<version>`` **and** ``docker.io/rayproject/ray:<version>`` so the
   examples' manifests (``image: rayproject/ray:2.60.0``, default pull policy IfNotPresent) run
   unchanged: a locally built image of the same Ray version, not the upstream image.
-- the pause image: the tiny static Go program in ``tests/testenv/pause/main.go``.
+- the pause image: the tiny static Go program in ``testenv/pause/main.go``.
 
 Both are written as docker-archive tarballs (``ctr images import`` reads them) into
 ``<cache root>/images/``. Every step leaves a finished marker, so an interrupted build resumes.
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 RAY_VERSION = "2.60.0"
 DEBIAN_SUITE = "bookworm"
 # python3-distutils provides python3.11-distutils (python3.11-venv needs it; debootstrap does
@@ -260,10 +260,10 @@ def build_pause_image(root: Path, pause_binary: Path) -> Path:
     return out
 
 
-if __name__ == "__main__":  # build the Ray image alone: python3 -m tests.testenv.images
+if __name__ == "__main__":  # build the Ray image alone: python3 -m testenv.images
     import sys
 
-    from tests.testenv import build
+    from testenv import build
 
     t = time.monotonic()
     path = build_ray_image(build.cache_root(), say=lambda m: print(m, flush=True))

@@ -4,16 +4,16 @@
 
 - ``phases.tsv``  ``<phase> <seconds> <exit code>`` per step of scripts/test (``phase``);
 - ``build.tsv``   ``<component> <seconds|cached>`` per component of ``scripts/testenv build``
-                  (``note_build``, called by tests/testenv/build.py and traefik.py, writing
+                  (``note_build``, called by testenv/build.py and traefik.py, writing
                   to ``$GITRAY_BUILD_TIMINGS``, which scripts/test sets for the build alone);
 - ``pytest-<pid>.json`` per test module: seconds (setup + call + teardown of its tests, so
                   a session fixture's start-up counts in the first module that needs it) and
                   outcomes, written by this module loaded as a pytest plugin
-                  (``-p tests.testenv.timings``), one file per pytest run (scripts/test runs
+                  (``-p testenv.timings``), one file per pytest run (scripts/test runs
                   pytest in phases); with pytest-xdist, by the controller, which receives
                   every worker's reports.
 
-``python3 -m tests.testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
+``python3 -m testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
 plain ``pytest: N passed, N failed[, N skipped]`` line when pytest ran. Nothing here asserts a
 duration: figures are printed, never checked (benchmarks live in bench/).
 """
@@ -134,7 +134,7 @@ def summary(where: Path, total: float) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python3 -m tests.testenv.timings DIR TOTAL_SECONDS", file=sys.stderr)
+        print("usage: python3 -m testenv.timings DIR TOTAL_SECONDS", file=sys.stderr)
         return 2
     print("\n".join(summary(Path(argv[0]), float(argv[1]))), flush=True)
     return 0
