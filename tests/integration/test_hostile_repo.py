@@ -9,8 +9,8 @@ that are valid but must not prune (empty revisions), in the documented safe outc
 live state must be exactly as before: the resourceVersion of every object in the namespace
 gitray writes to (workloads, run records, the Lease) is unchanged.
 
-The loader's parsing of each case is unit-tested in tests/unit/test_load.py; this module proves
-the whole path (Git object reading, CLI, API server) applies nothing.
+The loader's parsing of each case is unit-tested in tests/unit/plans/test_load.py; this module
+proves the whole path (Git object reading, CLI, API server) applies nothing.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ CASES: list[Case] = [
                      "apps/c.yaml": dump(configmap(ns, "c", "1")),
                      "apps/zz-bad.yaml": dump(configmap("kube-system", "zz", "1"))},
          (r"^apps/zz-bad\.yaml:6:3: namespace 'kube-system' is not in allowedNamespaces",)),
-    # Kustomizations (issue 32): refused before kustomize runs (tests/unit/test_kustomize.py
+    # Kustomizations (issue 32): refused before kustomize runs (tests/unit/plans/test_kustomize.py
     # has the renders that run: huge output, memory, time)
     Case("kustomize_remote_base",
          lambda ns: {"k/kustomization.yaml": "resources: ['https://example.com/base']\n"},
@@ -225,8 +225,8 @@ CASES: list[Case] = [
          lambda ns: {"a/kustomization.yaml": "resources: [../b]\n",
                      "b/kustomization.yaml": "resources: [../a]\n"},
          (r"^a/kustomization\.yaml:1:1: never rendered: .*a cycle of kustomizations",)),
-    # Helm charts (issue 32): refused before helm runs (tests/unit/test_helm.py has the renders
-    # that run: huge output, memory, a template that loops)
+    # Helm charts (issue 32): refused before helm runs (tests/unit/plans/test_helm.py has the
+    # renders that run: huge output, memory, a template that loops)
     Case("helm_escape",
          lambda ns: {"gitray.yaml": gitray_config(allowedNamespaces=[ns], helm=[
              {"chart": "../../../../etc", "release": "r", "namespace": ns}])},

@@ -38,6 +38,7 @@ from gitray.engine.incremental.upgradecontrol import (
     Control,
     Signal,
     SignalAction,
+    consumes,
     control,
     signal_from_json,
     signal_to_json,
@@ -124,7 +125,9 @@ class RunSteering:
         self._run = (key, revision, desired_hash)
         self._fenced = time.monotonic()
 
-    def check(self, step: Step) -> tuple[Control, str]:
+    def check(self, step: Step, *, at_boundary: bool = False) -> tuple[Control, str]:
+        """What the run's signal means for ``step`` (a promote or an approval it names is
+        consumed, unless only looked at ``at_boundary``: ``upgradecontrol.consumes``)."""
         key, revision, desired_hash = self._run
         if time.monotonic() - self._fenced >= FENCE_EVERY_S:
             # a long hold (a pause until promoted) must not outlive this process's leadership
@@ -137,7 +140,7 @@ class RunSteering:
         what = control(signal, key, revision, desired_hash, step)
         if signal is None or what is Control.NONE:
             return Control.NONE, ""
-        if what in {Control.STALE, Control.PROMOTE, Control.APPROVE}:
+        if consumes(what, at_boundary=at_boundary):
             self._store.consume(signal, self._fence, self._instance)
         if what is Control.STALE:
             return Control.NONE, ""
@@ -146,7 +149,7 @@ class RunSteering:
 
     def aborted(self, step: Step) -> None:
         """Raise ``Aborted`` when an abort of this run is pending (at a step boundary)."""
-        what, who = self.check(step)
+        what, who = self.check(step, at_boundary=True)
         if what is Control.ABORT:
             raise Aborted(f"aborted by gitray abort ({who})")
 

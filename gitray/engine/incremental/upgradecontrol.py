@@ -48,6 +48,7 @@ __all__ = [
     "Signal",
     "SignalAction",
     "check_failure_limit",
+    "consumes",
     "control",
     "failure_limit",
     "promotion_index",
@@ -242,6 +243,17 @@ def control(signal: Signal | None, key: ObjectKey, revision: str, desired_hash: 
     if step.type is StepType.PAUSE and signal.step == step.id:
         return Control.PROMOTE
     return Control.NONE  # a promote for a pause further ahead: kept until it is reached
+
+
+def consumes(what: Control, *, at_boundary: bool) -> bool:
+    """Whether reading a signal that means ``what`` marks it consumed. The step a promote or
+    an approval names consumes it (and ends); the look for an abort at a step boundary, before
+    that step starts (or is resumed: a parked pause is resumed at its step on every re-check),
+    must leave it for the step. An abort is consumed once it was acted on (rolled back); a
+    signal of another run is consumed by any look."""
+    if what is Control.STALE:
+        return True
+    return not at_boundary and what in {Control.PROMOTE, Control.APPROVE}
 
 
 # ---- failed analyses ------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""The status page: rendered from what the daemon's signals recorded (pure), everything from
+Git or the cluster escaped, the traffic share as an inline SVG chart; served on /status by the
+daemon's real HTTP endpoint on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from gitray.core.model import ObjectKey
+from gitray.daemon.http import HttpEndpoints, Probes
+from gitray.daemon.metrics import Metrics
+from gitray.daemon.signals import Signals
+from gitray.daemon.state import DaemonState
+from gitray.daemon.statuspage import commit_url
+from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
+from gitray.plans.plan import Step, StepType
+from tests.unit.daemon.test_workload_metrics import Clock, Recording
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+STATE = DaemonState(fetched=SHA, synced=SHA)
+HOSTILE = ObjectKey("RayService", "ml", "<img src=x onerror=alert(1)>")
+
+
+def upgrade(signals: Signals, clock: Clock, key: ObjectKey) -> None:
+    report = signals.reporter(SHA, lambda _e: None)
+    create = Step("c", StepType.CREATE_CLUSTER, "new<b>", {"manifest": {"spec": {}}})
+    report(StepEvent(key, 1, 6, create, "start"))
+    report(StepEvent(key, 1, 6, create, "done", "created <script>x</script>"))
+    for index, percent in ((2, 25), (4, 50)):
+        clock.now += 10
+        shift = Step("t", StepType.SHIFT_TRAFFIC, "route",
+                     {"percent": percent, "cluster": "new", "from": "old"})
+        report(StepEvent(key, index, 6, shift, "start"))
+        report(StepEvent(key, index, 6, shift, "done"))
+        clock.now += 10
+        analysis = Step("a", StepType.RUN_ANALYSIS, "new", {"percent": percent})
+        report(StepEvent(key, index + 1, 6, analysis, "start"))
+        report(StepEvent(key, index + 1, 6, analysis, "done", "analysis passed"))
+
+
+def test_the_page_shows_state_steps_and_the_traffic_chart_escaped() -> None:
+    m, clock = Metrics(), Clock()
+    signals = Signals(m, repo="https://git.example/team/repo.git", notifier=Recording(),
+                      clock=clock)
+    upgrade(signals, clock, HOSTILE)
+    html = signals.page(STATE, True)
+    assert "<img" not in html and "<script>x" not in html and "new<b>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "created &lt;script&gt;x&lt;/script&gt;" in html
+    assert "progressing (step 5/6)" in html and "50 %" in html
+    assert html.count("<circle") == 2 and "<polyline" in html  # two analyses on the chart
+    assert 'href="https://git.example/team/repo/commit/' + SHA + '"' in html
+    signals.outcomes(SHA, "commit", [WorkloadOutcome(HOSTILE, Outcome.FAILED,
+                                                     "rolled back: <all> traffic", 5, 6)])
+    signals.repo = "file:///srv/repo.git"
+    html = signals.page(STATE, False)
+    assert "run failed: rolled back: &lt;all&gt; traffic" in html
+    assert "standby" in html and "/commit/" not in html
+
+
+def test_commit_links_never_carry_credentials() -> None:
+    assert commit_url("https://user:s3cr3t@git.example:8443/a/b.git", "abc") == \
+        "https://git.example:8443/a/b/commit/abc"
+    assert commit_url("git@github.com:a/b.git", "abc") is None
+    assert commit_url("file:///x", "abc") is None
+
+
+def test_served_on_status() -> None:
+    m, clock = Metrics(), Clock()
+    signals = Signals(m, notifier=Recording(), clock=clock)
+    upgrade(signals, clock, ObjectKey("RayService", "ml", "fruit"))
+    http = HttpEndpoints(("127.0.0.1", 0), Probes(lambda: True, lambda: True, lambda: True,
+                                                  dict), m, lambda: None, None,
+                         page=lambda: signals.page(STATE, True))
+    http.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/status", timeout=5) as r:
+            assert r.headers["Content-Type"] == "text/html; charset=utf-8"
+            body = r.read().decode()
+    finally:
+        http.stop()
+    assert re.search(r"ml/RayService/fruit.*progressing", body, re.S)
