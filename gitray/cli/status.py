@@ -22,8 +22,8 @@ from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
-from gitray.plans.plan import StepType
 from gitray.plans.rayservice.planner import read_rayservice_live
+from gitray.plans.steptypes import StepType
 from gitray.ray.dashboard import Resolver
 
 __all__ = ["StatusRow", "render_status", "show_status", "watch", "workload_status"]

@@ -23,9 +23,8 @@ from gitray.core.model import ObjectKey
 from gitray.daemon.fleet import Fleet, Parked, due
 from gitray.engine.actions import cluster_ready
 from gitray.engine.parking import remember
-from gitray.plans.plan import StepType
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
-from gitray.plans.steptypes import CLUSTER, JOB
+from gitray.plans.steptypes import CLUSTER, JOB, StepType
 
 __all__ = ["WATCHED", "Rechecks", "reads", "round_keys", "settled", "to_release"]
 

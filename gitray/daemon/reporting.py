@@ -20,8 +20,8 @@ from gitray.engine.executor import StepEvent
 from gitray.hosts.publisher import PublishCounts, StatusPublisher, make_publisher
 from gitray.hosts.status import CommitStatus, State, context_for, step_description
 from gitray.k8s.events import EventRecorder, EventTarget
-from gitray.plans.plan import Step, StepType
-from gitray.plans.steptypes import FROM_PARAMS, STEP_KINDS
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import FROM_PARAMS, STEP_KINDS, StepType
 
 __all__ = ["StatusBridge", "event_target", "step_reporter"]
 
@@ -97,7 +97,9 @@ def event_target(step: Step) -> EventTarget | None:
     return EventTarget(api, kind, step.target, reason)
 
 
-_AT_PERCENT = {StepType.RUN_ANALYSIS, StepType.WAIT_INTERVAL, StepType.PAUSE}
+# the steps that hold traffic at a share (their params name it) without moving it
+_AT_PERCENT = {t for t, k in STEP_KINDS.items() if "percent" in k.params.required()
+               and not k.moves_traffic}
 
 
 def status_what(step: Step) -> str:

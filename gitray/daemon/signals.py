@@ -31,7 +31,7 @@ from gitray.engine.notices import (
     step_notices,
 )
 from gitray.hosts.notify import Notifier
-from gitray.plans.plan import StepType
+from gitray.plans.steptypes import StepType
 
 __all__ = ["HealthChange", "Signals"]
 

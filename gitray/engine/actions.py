@@ -33,7 +33,7 @@ from gitray.engine.incremental.traffic import TRAFFIC_STEPS, Steering, Traffic
 from gitray.engine.parking import recall, remember
 from gitray.engine.servesteps import Report, ServeSteps
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.steptypes import (
     ApplyObjectParams,
@@ -41,6 +41,7 @@ from gitray.plans.steptypes import (
     DeleteObjectParams,
     ManifestParams,
     ScheduleDeletionParams,
+    StepType,
     SwitchServiceParams,
     UpdateClusterParams,
     typed_params,

@@ -20,15 +20,14 @@ from typing import Any
 from gitray.core.errors import ForbiddenError, InvalidError, NotFoundError
 from gitray.core.model import Diagnostic, SourceLocation
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
+from gitray.plans.steptypes import STEP_KINDS
 
 __all__ = ["DRY_RUN_STEPS", "dry_run"]
 
 # the steps whose params hold a whole object gitray creates or server-side applies
-DRY_RUN_STEPS = frozenset({StepType.CREATE_CLUSTER, StepType.UPDATE_CLUSTER,
-                           StepType.CREATE_JOB, StepType.APPLY_OBJECT,
-                           StepType.CREATE_SERVICE})
+DRY_RUN_STEPS = frozenset(t for t, kind in STEP_KINDS.items() if kind.dry_run)
 _RBAC = re.compile(r"\bcannot [a-z]+ resource\b")
 _BLANK = "(sensitive value)"
 

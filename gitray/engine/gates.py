@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gitray.plans.plan import Step, StepType, WorkloadPlan
+from gitray.plans.plan import Step, WorkloadPlan
 from gitray.plans.rayservice.bluegreen import AFTER_SWITCH
 from gitray.plans.rayservice.gateway import cluster_serve_service_name
+from gitray.plans.steptypes import StepType
 
 __all__ = ["SwitchBack", "gated", "keep_failed", "own_service", "switch_back_of"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from gitray.core.model import Kind, ObjectKey
 from gitray.core.notices import EventKind, Notice
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
-from gitray.plans.plan import StepType
+from gitray.plans.steptypes import StepType
 
 __all__ = ["cluster_capacity", "health_notices", "healthy", "outcome_notices",
            "refused_notice", "step_notices"]

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from gitray.plans.plan import StepType
+from gitray.plans.steptypes import StepType
 
 __all__ = ["PARKABLE", "Parked", "parking", "recall", "remember", "would_block"]
 

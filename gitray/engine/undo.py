@@ -19,8 +19,8 @@ from gitray.engine.actions import Actions
 from gitray.engine.fence import Fence
 from gitray.engine.gates import keep_failed, own_service, switch_back_of
 from gitray.engine.incremental.upgradecontrol import rollback_of
-from gitray.plans.plan import Step, StepType, WorkloadPlan
-from gitray.plans.steptypes import STEP_KINDS
+from gitray.plans.plan import Step, WorkloadPlan
+from gitray.plans.steptypes import STEP_KINDS, StepType
 
 __all__ = ["Undoing", "traffic_moved"]
 

@@ -27,9 +27,10 @@ from fractions import Fraction
 from typing import Any
 
 from gitray.core.model import Diagnostic, Kind, SourceLocation
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, WorkloadPlan
 from gitray.plans.quantities import Amounts, ResourceChange, format_quantity
 from gitray.plans.resources import PodGroup, cluster_pods
+from gitray.plans.steptypes import StepType
 
 __all__ = ["NodeRoom", "QuotaRoom", "Shortfall", "check_nodes", "check_quotas",
            "quota_resource"]

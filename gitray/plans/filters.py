@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from gitray.core.model import ANN_DELETE_AFTER, LiveState, ObjectKey
 from gitray.core.timefmt import parse_timestamp
-from gitray.plans.plan import Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Plan, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 __all__ = ["earliest_deadline", "hold_back", "only_deletions", "skip_failed"]
 

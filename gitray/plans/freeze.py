@@ -20,7 +20,8 @@ from gitray.core.config import FreezeScope, FreezeWindow
 from gitray.core.model import ObjectKey
 from gitray.core.timefmt import utc_timestamp
 from gitray.parsing.cron import CronSchedule, parse_cron
-from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 __all__ = ["Freeze", "freeze_note", "frozen_workloads", "open_windows", "with_freeze_notes"]
 

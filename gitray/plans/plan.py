@@ -1,4 +1,5 @@
-"""Plan, WorkloadPlan and Step: a plan as data, with its JSON codec. Pure, no I/O.
+"""Plan, WorkloadPlan and Step: a plan as data (each step of a type of the step registry,
+``gitray.plans.steptypes``), with its JSON codec. Pure, no I/O.
 
 The JSON form is the public contract in ``schemas/plan.schema.json`` (``formatVersion`` 2:
 version 1 plus the progressive-delivery step types; a version-1 plan still reads).
@@ -19,6 +20,7 @@ from gitray.plans.quantities import (
     resource_change_from_json,
     resource_change_to_json,
 )
+from gitray.plans.steptypes import StepType
 
 __all__ = [
     "FORMAT_VERSION",
@@ -28,7 +30,6 @@ __all__ = [
     "FieldChange",
     "Plan",
     "Step",
-    "StepType",
     "WorkloadPlan",
     "plan_from_json",
     "plan_schema_problem",
@@ -37,37 +38,6 @@ __all__ = [
 
 FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)  # a version-1 plan is a version-2 plan without new steps
-
-
-class StepType(StrEnum):
-    """Every kind of step a plan may hold. The values are the wire format; what each means
-    is its row in the step registry (``gitray.plans.steptypes``)."""
-
-    CREATE_CLUSTER = "create-cluster"
-    UPDATE_CLUSTER = "update-cluster"
-    WAIT_CLUSTER_READY = "wait-cluster-ready"
-    DEPLOY_SERVE = "deploy-serve"
-    WAIT_SERVE_RUNNING = "wait-serve-running"
-    CREATE_SERVICE = "create-service"
-    SWITCH_SERVICE = "switch-service"
-    DELETE_SERVICE = "delete-service"
-    SCHEDULE_CLUSTER_DELETION = "schedule-cluster-deletion"
-    CANCEL_CLUSTER_DELETION = "cancel-cluster-deletion"
-    DELETE_CLUSTER = "delete-cluster"
-    CANCEL_UPGRADE = "cancel-upgrade"
-    CREATE_JOB = "create-job"
-    WAIT_JOB = "wait-job"
-    DELETE_JOB = "delete-job"
-    APPLY_OBJECT = "apply-object"
-    DELETE_OBJECT = "delete-object"
-    # progressive delivery (RayService upgradeStrategy NewClusterWithIncrementalUpgrade)
-    SET_SERVE_CAPACITY = "set-serve-capacity"  # Serve target_capacity of one cluster
-    SHIFT_TRAFFIC = "shift-traffic"  # HTTPRoute backendRefs weights between two clusters
-    WAIT_INTERVAL = "wait-interval"  # hold a weight for intervalSeconds
-    RUN_ANALYSIS = "run-analysis"  # hold a weight, then check; rolls back on failureLimit
-    PAUSE = "pause"  # timed, or until `gitray promote`
-    # gates of a blue-green RayService upgrade (besides run-analysis)
-    AWAIT_APPROVAL = "await-approval"  # hold before the switch until `gitray approve`
 
 
 class Action(StrEnum):

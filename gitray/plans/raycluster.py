@@ -32,8 +32,9 @@ from gitray.plans.names import (
     template_hash,
     template_view,
 )
-from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.plan import Action, FieldChange, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
+from gitray.plans.steptypes import StepType
 
 __all__ = ["TEMPLATE_WARNING", "compared_content", "plan_object", "plan_raycluster",
            "secret_as_stored"]

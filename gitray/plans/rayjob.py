@@ -14,8 +14,9 @@ from gitray.core.config import Config
 from gitray.core.model import Kind, LiveObject, ObjectKey, Workload
 from gitray.plans.inputs import changed_inputs, inputs_annotation, used
 from gitray.plans.manifests import job_manifest
-from gitray.plans.plan import Action, StepType, WorkloadPlan
+from gitray.plans.plan import Action, WorkloadPlan
 from gitray.plans.steps import StepList, removal_plan
+from gitray.plans.steptypes import StepType
 
 __all__ = ["TERMINAL_DEPLOYMENT_STATUSES", "job_finished", "plan_rayjob"]
 

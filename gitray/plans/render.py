@@ -11,10 +11,10 @@ from enum import StrEnum
 from typing import TextIO
 
 from gitray.core.model import JSON
-from gitray.plans.plan import Action, FieldChange, Plan, StepType, WorkloadPlan, plan_to_json
+from gitray.plans.plan import Action, FieldChange, Plan, WorkloadPlan, plan_to_json
 from gitray.plans.quantities import summary_line as resource_summary
 from gitray.plans.sensitive import SENSITIVE
-from gitray.plans.steptypes import describe_step
+from gitray.plans.steptypes import StepType, describe_step
 
 __all__ = ["COMMENT_MARKER", "Format", "json_chunks", "render", "summary_line", "write_plan"]
 

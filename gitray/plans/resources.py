@@ -32,8 +32,9 @@ from fractions import Fraction
 from typing import Any
 
 from gitray.core.model import JSON, Kind, LiveObject
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
 from gitray.plans.quantities import Amounts, Range, ResourceChange, parse_quantity
+from gitray.plans.steptypes import StepType
 
 __all__ = [
     "AUTOSCALER_DEFAULT",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gitray.core.model import ANN_WAVE, JSON, LiveObject, ObjectKey
-from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 __all__ = ["StepList", "delete_params", "live_wave", "removal_plan"]
 

@@ -49,7 +49,8 @@ from gitray.k8s.lease import Lease
 from gitray.k8s.live import managed_selector, read_live_state
 from gitray.k8s.settings import KubeSettings
 from gitray.parsing.config import env_overrides, parse_config
-from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 from testenv import control, node
 from testenv.helpers import TestEnv, raycluster_manifest, wait_for
 from testenv.manifests import dump, gitray_config

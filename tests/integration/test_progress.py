@@ -31,7 +31,8 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.lease import Lease
 from gitray.k8s.settings import KubeSettings
-from gitray.plans.plan import Action, FieldChange, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, FieldChange, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 from testenv.helpers import TestEnv
 
 INSTANCE = "test"

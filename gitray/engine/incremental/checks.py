@@ -11,7 +11,7 @@ first failed check and its value.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -21,9 +21,11 @@ from gitray.engine.incremental.gatewaymetrics import Traffic, quantile
 __all__ = [
     "CheckResult",
     "Verdict",
+    "at_serve",
     "judge",
     "latency",
     "serve_health",
+    "serve_unmeasured",
     "success_rate",
     "unmeasured",
     "webhook",
@@ -111,6 +113,19 @@ def webhook(name: str, status: int | None, error: str = "") -> CheckResult:
         return CheckResult(name, Verdict.FAILED, "no answer", f"({error})" if error else "")
     verdict = Verdict.PASSED if 200 <= status < 300 else Verdict.FAILED
     return CheckResult(name, verdict, f"HTTP {status}")
+
+
+def at_serve(result: CheckResult) -> CheckResult:
+    """``result`` as judged on all the traffic the cluster's Serve answered (Ray's own
+    counters), not only on a gate's own probe."""
+    return replace(result, detail=f"{result.detail} at Serve, all traffic".strip())
+
+
+def serve_unmeasured(check: Mapping[str, Any], why: str) -> CheckResult:
+    """Serve's counters could not be read: inconclusive, not failed — the gate's own probe
+    still judges the check."""
+    return CheckResult(str(check["name"]), Verdict.INCONCLUSIVE, "no Serve metrics",
+                       f"({why})")
 
 
 def unmeasured(check: Mapping[str, Any], why: str) -> CheckResult:

@@ -23,12 +23,13 @@ suffix. (Seen on Traefik v3.6.12 in the test environment:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "Series",
     "Traffic",
+    "counted",
     "parse_text",
     "quantile",
     "traefik_service",
@@ -154,19 +155,29 @@ class Traffic:
 def window(before: Samples, after: Samples, service: str, requests_metric: str,
            durations_metric: str) -> Traffic:
     """The traffic of backend ``service`` between two scrapes (``before``, ``after``)."""
+    return counted(before, after, lambda s: _is(s.label("service"), service), requests_metric,
+                   durations_metric + "_bucket")
+
+
+def counted(before: Samples, after: Samples, keep: Callable[[Series], bool],
+            requests_metric: str, bucket_metric: str, code_label: str = "code",
+            le_seconds: float = 1.0) -> Traffic:
+    """The traffic of the series ``keep`` selects between two scrapes: responses of
+    ``requests_metric`` by their ``code_label``, durations from the cumulative histogram
+    ``bucket_metric`` whose bounds are ``le_seconds`` seconds each (0.001 for bounds in
+    ms)."""
     requests = errors = 0.0
     by_le: dict[float, float] = {}
-    bucket_metric = durations_metric + "_bucket"
     for series, value in after.items():
-        if not _is(series.label("service"), service):
+        if not keep(series):
             continue
         if series.name == requests_metric:
             inc = _increase(before.get(series), value)
             requests += inc
-            if series.label("code").startswith("5"):
+            if series.label(code_label).startswith("5"):
                 errors += inc
         elif series.name == bucket_metric:
-            le = _value(series.label("le"), 0) if series.label("le") else math.inf
+            le = _value(series.label("le"), 0) * le_seconds if series.label("le") else math.inf
             by_le[le] = by_le.get(le, 0.0) + _increase(before.get(series), value)
     running, buckets = 0.0, []
     for le in sorted(by_le):  # deltas of cumulative buckets reset apart: keep them monotonic

@@ -10,7 +10,10 @@ with the Kubernetes client's own credentials, as the Ray dashboards are (needs `
 A blue-green gate's probe (``serve_get``) sends GET requests to the new cluster's own serve
 Service the same way (through the service proxy, or to its cluster DNS name in the cluster);
 :func:`probe_traffic` turns the answers into the :class:`Traffic` the success-rate and latency
-checks judge (no answer counts as a server error).
+checks judge (no answer counts as a server error). After the switch the gate also reads Ray's
+metrics of every pod of the new cluster (``serve_metrics``: through the API server's pod proxy,
+``get`` on ``pods/proxy``, or straight to the pod IP in the cluster) to count all the traffic its
+Serve answered (``gitray.engine.incremental.servemetrics``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import httpx
 from gitray.core.config import DashboardMode
 from gitray.core.errors import TransientError
 from gitray.engine.incremental.gatewaymetrics import Traffic
-from gitray.ray.dashboard import Resolver
+from gitray.engine.incremental.servemetrics import METRICS_PORT
+from gitray.ray.dashboard import Resolver, named_port
 
 __all__ = ["MAX_METRICS_BYTES", "HttpProbe", "probe_traffic", "service_proxy_path"]
 
@@ -98,6 +102,38 @@ class HttpProbe:
                 return client.post(url, json=dict(payload)).status_code, ""
         except httpx.HTTPError as e:
             return None, type(e).__name__
+
+    def serve_metrics(self, namespace: str, cluster: str) -> dict[str, str]:
+        """The metrics exposition of every running Ray pod of ``cluster`` (pod name -> text),
+        from its metrics port; ``TransientError`` naming the pod that could not be read."""
+        pods, _ = self._resolver.kube.list("v1", "Pod", namespace=namespace,
+                                           label_selector=f"ray.io/cluster={cluster}")
+        out: dict[str, str] = {}
+        for pod in pods:
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            if status.get("phase") != "Running" or meta.get("deletionTimestamp"):
+                continue
+            name, port = str(meta.get("name")), named_port(pod, "metrics", METRICS_PORT)
+            if self._resolver.mode is DashboardMode.PROXY:
+                r = self._resolver.kube.request(
+                    "GET", f"/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics",
+                    timeout_s=_METRICS_TIMEOUT.read or 10.0)
+                code, text = r.status, r.text
+            else:
+                try:
+                    with httpx.Client(timeout=_METRICS_TIMEOUT) as client:
+                        response = client.get(f"http://{status.get('podIP')}:{port}/metrics")
+                except httpx.HTTPError as e:
+                    raise TransientError(f"Ray metrics of pod {name} unreachable: "
+                                         f"{type(e).__name__}") from e
+                code, text = response.status_code, response.text
+            if not 200 <= code < 300 or len(text) > MAX_METRICS_BYTES:
+                raise TransientError(f"Ray metrics of pod {name}: HTTP {code}"
+                                     + (" (too large)" if len(text) > MAX_METRICS_BYTES else ""))
+            out[name] = text
+        if not out:
+            raise TransientError(f"no running Ray pod of {cluster} to read metrics from")
+        return out
 
     def serve_get(self, namespace: str, service: str, port: int, path: str) -> int | None:
         """GET ``path`` from a serve Service: its HTTP status, None without an answer."""

@@ -13,7 +13,11 @@
 - ``run-analysis``: scrape the gateway's metrics, hold the window (abortable), scrape again,
   judge the checks (``gitray.engine.incremental.checks``) on the traffic of the new cluster's
   serve Service in between, Serve health on the new cluster, and webhook gates. A failed check
-  raises ``AnalysisFailed``; the executor counts it against ``failureLimit``.
+  raises ``AnalysisFailed``; the executor counts it against ``failureLimit``. A blue-green
+  gate sends its own probe instead (``gitray.engine.incremental.probes``); after the switch it
+  also judges the success-rate and latency checks on all the traffic the new cluster's Serve
+  answered, real traffic included (Ray's own counters, ``servemetrics``), and fails when either
+  measure fails. Serve's counters that cannot be read leave that measure inconclusive.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from gitray.core.waits import Clock, Deadline
 from gitray.engine.incremental.checks import (
     CheckResult,
     Verdict,
+    at_serve,
     judge,
     latency,
     serve_health,
+    serve_unmeasured,
     success_rate,
     unmeasured,
     webhook,
@@ -36,9 +42,12 @@ from gitray.engine.incremental.checks import (
 from gitray.engine.incremental.gatewaymetrics import Series, parse_text, traefik_service, window
 from gitray.engine.incremental.gatewaymetrics import Traffic as GatewayTraffic
 from gitray.engine.incremental.probes import HttpProbe, probe_traffic
+from gitray.engine.incremental.servemetrics import NAMES as SERVE_NAMES
+from gitray.engine.incremental.servemetrics import merge, served
 from gitray.engine.incremental.upgradecontrol import Control
 from gitray.k8s.client import Kube
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
+from gitray.plans.rayservice.bluegreen import AFTER_SWITCH
 from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION, route_refs
 from gitray.plans.serve import live_config_at
 from gitray.plans.steptypes import (
@@ -46,6 +55,7 @@ from gitray.plans.steptypes import (
     RunAnalysisParams,
     SetCapacityParams,
     ShiftTrafficParams,
+    StepType,
     typed_params,
 )
 from gitray.ray.dashboard import Resolver
@@ -214,14 +224,21 @@ class Traffic:
         backend = p.backend if isinstance(p.backend, Mapping) else {}
         probe = step.params.get("probe")
         probed = None
-        if isinstance(probe, Mapping) and any(c.get("type") in _METRIC_CHECKS for c in checks):
-            probed = self._probe(ns, str(backend.get("service")), probe, seconds, report)
+        gate = step.params.get("gate")
+        sent = probe if isinstance(probe, Mapping) and any(
+            c.get("type") in _METRIC_CHECKS for c in checks) else None  # the probe measures
+        counts_all = sent is not None and gate == AFTER_SWITCH
+        served_before = self._served(ns, cluster) if counts_all else ""
+        if sent is not None:
+            probed = self._probe(ns, str(backend.get("service")), sent, seconds, report)
         else:
             self._hold(Step(step.id, StepType.WAIT_INTERVAL, step.target,
                             {"percent": percent, "cluster": cluster}),
                        lambda line: report(f"analysis window: {line}"),
                        Deadline(seconds, self.clock), steering)
         after = self._scrape(str(metrics["url"]), names, report) if metrics and names else ""
+        all_traffic = self._served_between(served_before, self._served(ns, cluster)) \
+            if counts_all else None
         service = traefik_service(str(backend.get("namespace")), str(backend.get("service")),
                                   int(backend.get("port") or 0))
         results: list[CheckResult] = []
@@ -231,6 +248,10 @@ class Traffic:
                 results.append(self._serve_health(ns, cluster, str(check["name"])))
             elif kind in _METRIC_CHECKS and probed is not None:
                 judge_probed = success_rate if kind == "success-rate" else latency
+                if isinstance(all_traffic, str):
+                    results.append(serve_unmeasured(check, all_traffic))
+                elif all_traffic is not None:
+                    results.append(at_serve(judge_probed(check, all_traffic)))
                 results.append(judge_probed(check, probed))
             elif kind in _METRIC_CHECKS:
                 if isinstance(before, str) or isinstance(after, str):
@@ -251,7 +272,6 @@ class Traffic:
                 status, why = self.probe.webhook(str(check["url"]), payload,
                                                  float(check.get("timeoutSeconds") or 10))
                 results.append(webhook(str(check["name"]), status, why))
-        gate = step.params.get("gate")
         where = (f"{cluster} {str(gate).replace('-', ' the ')}" if isinstance(gate, str)
                  else f"{cluster} at {percent} %")
         return judge(results, f"{where} over {seconds:.0f} s")
@@ -272,6 +292,21 @@ class Traffic:
                 report(f"analysis window: {index + 1} of {count} requests sent to {service}")
             self.clock.sleep(max(0.0, pause - durations[-1]))
         return probe_traffic(codes, durations)
+
+    def _served(self, ns: str, cluster: str) -> dict[Series, float] | str:
+        """Serve's request counters on every pod of ``cluster``, or why they were not read."""
+        try:
+            return merge({pod: parse_text(text, SERVE_NAMES)
+                          for pod, text in self.probe.serve_metrics(ns, cluster).items()})
+        except (TransientError, ValueError) as e:
+            return str(e)
+
+    @staticmethod
+    def _served_between(before: dict[Series, float] | str, after: dict[Series, float] | str
+                        ) -> GatewayTraffic | str:
+        if isinstance(before, str) or isinstance(after, str):
+            return next(w for w in (before, after) if isinstance(w, str))
+        return served(before, after)
 
     def _serve_health(self, ns: str, cluster: str, name: str) -> CheckResult:
         try:

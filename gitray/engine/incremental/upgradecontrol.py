@@ -37,8 +37,9 @@ from typing import Any
 from gitray.core.errors import AnalysisFailed, TerminalError, UserError
 from gitray.core.model import ObjectKey
 from gitray.engine.record import Record, RunState
-from gitray.plans.plan import Step, StepType, WorkloadPlan
+from gitray.plans.plan import Step, WorkloadPlan
 from gitray.plans.rayservice.gateway import cluster_serve_service_name
+from gitray.plans.steptypes import StepType
 
 __all__ = [
     "SIGNAL_FORMAT_VERSION",

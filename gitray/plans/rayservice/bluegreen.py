@@ -24,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gitray.core.model import JSON
-from gitray.plans.plan import Action, StepType
+from gitray.plans.plan import Action
 from gitray.plans.rayservice.analysis import Analysis, read_analysis
 from gitray.plans.rayservice.context import Ctx
 from gitray.plans.rayservice.gateway import cluster_serve_service_name, serve_port
 from gitray.plans.rayservice.routing import ensure_cluster_service
+from gitray.plans.steptypes import StepType
 
 __all__ = ["AFTER_SWITCH", "BEFORE_SWITCH", "approve_command", "blue_green"]
 

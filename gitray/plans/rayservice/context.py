@@ -35,7 +35,7 @@ from gitray.plans.manifests import (
 from gitray.plans.names import (
     head_service_name,
 )
-from gitray.plans.plan import FieldChange, StepType
+from gitray.plans.plan import FieldChange
 from gitray.plans.rayservice.routing import (
     drop_cluster_service,
     forget_backend,
@@ -44,6 +44,7 @@ from gitray.plans.rayservice.routing import (
 )
 from gitray.plans.rayservice.serveservice import serve_service_hash, wanted_serve_service_name
 from gitray.plans.steps import StepList, delete_params
+from gitray.plans.steptypes import StepType
 
 __all__ = ["Ctx", "RayServiceLive", "read_rayservice_live"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gitray.core.model import JSON
-from gitray.plans.plan import Action, StepType
+from gitray.plans.plan import Action
 from gitray.plans.rayservice.analysis import Analysis, Pause, land_pauses, read_analysis
 from gitray.plans.rayservice.context import Ctx
 from gitray.plans.rayservice.gateway import (
@@ -44,6 +44,7 @@ from gitray.plans.rayservice.upgradeoptions import (
     Weight,
     schedule,
 )
+from gitray.plans.steptypes import StepType
 
 __all__ = ["incremental_rollback", "incremental_upgrade"]
 

@@ -40,7 +40,7 @@ from gitray.plans.names import (
     serve_config_hash,
     service_cluster_name,
 )
-from gitray.plans.plan import Action, FieldChange, StepType, WorkloadPlan
+from gitray.plans.plan import Action, FieldChange, WorkloadPlan
 from gitray.plans.rayservice.bluegreen import blue_green
 from gitray.plans.rayservice.context import Ctx, RayServiceLive, read_rayservice_live
 from gitray.plans.rayservice.fields import UPGRADE_NONE, foreign_manager, upgrade_type
@@ -53,6 +53,7 @@ from gitray.plans.rayservice.inplace import (
 )
 from gitray.plans.rayservice.routing import ensure_routing, incremental
 from gitray.plans.steps import StepList, delete_params, live_wave
+from gitray.plans.steptypes import StepType
 
 __all__ = ["RayServiceLive", "desired_hash", "plan_rayservice", "read_rayservice_live"]
 

@@ -14,7 +14,6 @@ from typing import Protocol
 
 from gitray.core.config import Config
 from gitray.core.model import JSON, LiveObject, Role, Workload
-from gitray.plans.plan import StepType
 from gitray.plans.rayservice.fields import UPGRADE_INCREMENTAL, upgrade_type
 from gitray.plans.rayservice.gateway import (
     backends,
@@ -27,6 +26,7 @@ from gitray.plans.rayservice.gateway import (
 )
 from gitray.plans.rayservice.upgradeoptions import IncrementalOptions, read_options
 from gitray.plans.steps import StepList
+from gitray.plans.steptypes import StepType
 
 __all__ = [
     "Planning",

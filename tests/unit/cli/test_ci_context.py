@@ -9,7 +9,8 @@ from pathlib import Path
 from gitray.cli.ci import github_context, gitlab_context, outputs_of
 from gitray.core.config import StatusProvider
 from gitray.core.model import ObjectKey
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 BASE = "a" * 40
 

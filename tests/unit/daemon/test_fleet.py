@@ -25,7 +25,8 @@ from gitray.daemon.fleet import (
     recheck_delay,
 )
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 STEP = (Step("s1", StepType.APPLY_OBJECT, "x"),)
 

@@ -15,8 +15,8 @@ from gitray.daemon.rechecks import WATCHED, Rechecks, reads, round_keys, settled
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.engine.parking import PARKABLE, parking, recall, remember, would_block
 from gitray.engine.parking import Parked as ParkedWait
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
-from gitray.plans.steptypes import STEP_KINDS
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
+from gitray.plans.steptypes import STEP_KINDS, StepType
 
 JOB_API, CLUSTER_API = ("ray.io/v1", "RayJob"), ("ray.io/v1", "RayCluster")
 

@@ -14,7 +14,8 @@ from gitray.daemon.signals import Signals
 from gitray.daemon.state import DaemonState
 from gitray.daemon.statuspage import commit_url
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import StepType
 from tests.unit.daemon.test_workload_metrics import Clock, Recording
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

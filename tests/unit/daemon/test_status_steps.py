@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gitray.daemon.reporting import status_what
 from gitray.hosts.status import step_description
-from gitray.plans.plan import StepType
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import cluster_for, live, with_objects
 from tests.unit.plans.test_plan_incremental import (
     ANALYSIS,

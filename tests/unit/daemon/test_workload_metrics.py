@@ -16,7 +16,8 @@ from gitray.daemon.metrics import Metrics
 from gitray.daemon.signals import Signals
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.hosts.notify import Notifier
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import StepType
 
 SVC = ObjectKey("RayService", "ml", "fruit")
 JOB = ObjectKey("RayJob", "ml", "train")

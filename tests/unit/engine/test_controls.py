@@ -23,7 +23,8 @@ from gitray.engine.controls import (
 )
 from gitray.engine.executor import Outcome
 from gitray.engine.record import Record, RunState, record_name
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 SVC = ObjectKey("RayService", "ray", "fruit")
 CM = ObjectKey("ConfigMap", "ray", "code")

@@ -21,8 +21,9 @@ from gitray.engine.record import Record, RunState
 from gitray.parsing.config import parse_config
 from gitray.parsing.cron import parse_cron
 from gitray.plans.freeze import Freeze, freeze_note, frozen_workloads, open_windows
-from gitray.plans.plan import Action, Plan, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from testenv.manifests import dump, gitray_config
 from tests.unit.builders import NOW, live, raycluster, rayservice
 

@@ -25,7 +25,8 @@ from gitray.engine.incremental.upgradecontrol import (
     request,
 )
 from gitray.engine.record import Record, RunState
-from gitray.plans.plan import StepType, WorkloadPlan
+from gitray.plans.plan import WorkloadPlan
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import live
 from tests.unit.plans.test_plan_bluegreen import GATES, OLD, A, B, blue_green
 from tests.unit.plans.test_plan_incremental import KEY, one, plan_of

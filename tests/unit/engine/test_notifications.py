@@ -30,7 +30,8 @@ from gitray.engine.notices import (
 from gitray.hosts import notify
 from gitray.hosts.notify import Notifier, payload, resolve, routes
 from gitray.parsing.config import parse_config
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
+from gitray.plans.steptypes import StepType
 
 SVC = ObjectKey("RayService", "ml", "fruit")
 JOB = ObjectKey("RayJob", "ml", "train")

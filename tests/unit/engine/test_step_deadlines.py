@@ -27,7 +27,8 @@ from gitray.engine.record import (
     record_from_json,
     record_to_json,
 )
-from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Step, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 STARTED = "2026-11-30T11:59:40.250Z"  # 19.75 s before NOW

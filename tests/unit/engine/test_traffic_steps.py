@@ -21,8 +21,9 @@ from gitray.core.errors import Aborted, AnalysisFailed, TerminalError
 from gitray.core.waits import Clock, Deadline
 from gitray.engine.incremental.traffic import Traffic, capacity_config, route_accepted
 from gitray.engine.incremental.upgradecontrol import Control
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
 from gitray.plans.rayservice.gateway import route_refs
+from gitray.plans.steptypes import StepType
 from tests.unit.engine.test_gateway_metrics import exposition
 
 

@@ -32,8 +32,9 @@ from gitray.engine.incremental.upgradecontrol import (
     signal_to_json,
 )
 from gitray.engine.record import Record, RunState, record_from_json, record_to_json
-from gitray.plans.plan import StepType, WorkloadPlan
+from gitray.plans.plan import WorkloadPlan
 from gitray.plans.serve import live_config_at
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import live
 from tests.unit.plans.test_plan_incremental import ANALYSIS, KEY, incremental, one, plan_of
 

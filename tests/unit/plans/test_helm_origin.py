@@ -31,7 +31,6 @@ from gitray.plans.plan import (
     FieldChange,
     Plan,
     Step,
-    StepType,
     WorkloadPlan,
     plan_from_json,
     plan_schema_problem,
@@ -40,6 +39,7 @@ from gitray.plans.plan import (
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.plans.sensitive import SENSITIVE
+from gitray.plans.steptypes import StepType
 from gitray.render import helm as runner
 from testenv.helm import helm_for_tests
 from tests.unit.builders import live

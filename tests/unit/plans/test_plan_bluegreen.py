@@ -17,9 +17,9 @@ import pytest
 
 from gitray.core.model import ObjectKey, Workload
 from gitray.plans.names import service_cluster_name
-from gitray.plans.plan import Action, StepType, plan_from_json
+from gitray.plans.plan import Action, plan_from_json
 from gitray.plans.render import Format, render
-from gitray.plans.steptypes import describe_step
+from gitray.plans.steptypes import StepType, describe_step
 from tests.unit.builders import live, rayservice
 from tests.unit.plans.test_plan_incremental import one, plan_of
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from gitray.core.model import LiveState, Workload
 from gitray.plans.names import service_cluster_name
-from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Step, WorkloadPlan
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, live, rayservice
 
 DEFAULT = rayservice(image="rayproject/ray:2.60.0")

@@ -18,10 +18,11 @@ import pytest
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.materialize import as_live
 from gitray.plans.names import service_cluster_name
-from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan, plan_from_json
+from gitray.plans.plan import Action, Plan, WorkloadPlan, plan_from_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.rayservice.gateway import cluster_serve_service_manifest, route_manifest
 from gitray.plans.render import Format, render
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, cluster_for, live, rayservice, with_objects
 
 T = StepType

@@ -12,9 +12,10 @@ import pytest
 from gitray.core.config import Config
 from gitray.core.model import LiveState, Workload
 from gitray.plans.inputs import ANN_INPUTS, references
-from gitray.plans.plan import Action, Plan, StepType
+from gitray.plans.plan import Action, Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import NOW, configmap, live, raycluster, rayjob, rayservice
 
 CONFIG = Config(supporting_kinds=("ConfigMap", "Secret"))

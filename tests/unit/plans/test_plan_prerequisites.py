@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.filters import hold_back
-from gitray.plans.plan import Plan, Step, StepType
+from gitray.plans.plan import Plan, Step
 from gitray.plans.planner import compute_plan
 from gitray.plans.prerequisites import blocked_workloads, needed_apis, step_api_version
 from gitray.plans.rayservice.gateway import GATEWAY_API_VERSION
 from gitray.plans.render import Format, render
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, live, rayservice
 from tests.unit.plans.test_plan_incremental import KEY, NEW, OLD
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from gitray.core.model import ANN_TEMPLATE_HASH, LiveObject, LiveState, Workload
-from gitray.plans.plan import Action, Plan, StepType
+from gitray.plans.plan import Action, Plan
 from gitray.plans.planner import compute_plan
 from gitray.plans.raycluster import TEMPLATE_WARNING
 from gitray.plans.render import Format, render
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, live, raycluster
 
 IN_PLACE, RECREATE, WARN = "in place", "recreate", "warning"

@@ -10,9 +10,10 @@ import pytest
 from gitray.core.config import Config, RayServiceSettings
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.plans.names import service_cluster_name
-from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, WorkloadPlan
 from gitray.plans.planner import compute_plan
 from gitray.plans.rayservice.context import MIN_DELETION_DELAY_S
+from gitray.plans.steptypes import StepType
 from testenv.manifests import serve_config
 from tests.unit.builders import (
     CONFIG,

@@ -12,8 +12,9 @@ from gitray.core.model import LiveState, Workload
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.plans.load import load_snapshot
 from gitray.plans.names import service_cluster_name
-from gitray.plans.plan import Action, Step, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Step, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, live, point_services, rayservice, with_objects
 
 T = StepType

@@ -17,8 +17,9 @@ from gitray.core.errors import ValidationError
 from gitray.core.model import ANN_CLUSTER_HASH, LiveObject, LiveState, ObjectKey, Workload
 from gitray.plans.materialize import as_live, materialize
 from gitray.plans.names import cluster_hash, service_cluster_name
-from gitray.plans.plan import Action, Plan, StepType, WorkloadPlan
+from gitray.plans.plan import Action, Plan, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from testenv.manifests import serve_config
 from tests.unit.builders import CONFIG, NOW, cluster_for, live, rayservice, with_objects
 

@@ -12,8 +12,9 @@ from gitray.core.model import LiveObject, LiveState, ObjectKey, Workload
 from gitray.plans.manifests import job_manifest
 from gitray.plans.materialize import as_live
 from gitray.plans.names import job_run_name
-from gitray.plans.plan import Action, StepType
+from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import (
     CONFIG,
     NOW,

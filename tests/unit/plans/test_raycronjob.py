@@ -10,8 +10,9 @@ import pytest
 from gitray.core.model import LiveState, ObjectKey, Workload
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.plans.load import load_snapshot
-from gitray.plans.plan import Action, StepType
+from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, configmap, live, raycronjob, rayjob
 
 CRONJOB = """\

@@ -16,8 +16,9 @@ from gitray.engine.record import (
     remembered_runs,
 )
 from gitray.plans.manifests import job_manifest
-from gitray.plans.plan import Action, StepType, WorkloadPlan
+from gitray.plans.plan import Action, WorkloadPlan
 from gitray.plans.planner import compute_plan
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import CONFIG, NOW, rayjob
 
 JOB = rayjob()

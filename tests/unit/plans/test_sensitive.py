@@ -18,10 +18,11 @@ from gitray.core.model import LiveObject, LiveState, ObjectKey, SourceLocation, 
 from gitray.parsing.config import parse_config
 from gitray.plans.manifests import job_manifest, object_manifest
 from gitray.plans.materialize import as_live
-from gitray.plans.plan import Plan, StepType, plan_from_json
+from gitray.plans.plan import Plan, plan_from_json
 from gitray.plans.planner import compute_plan
 from gitray.plans.render import Format, render
 from gitray.plans.sensitive import PLACEHOLDER_PREFIX, SensitiveValues, UnknownSensitiveValue
+from gitray.plans.steptypes import StepType
 from tests.unit.builders import NOW, live, rayjob
 
 CONFIG = Config(supporting_kinds=("ConfigMap", "Secret"))

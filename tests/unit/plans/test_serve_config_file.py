@@ -14,9 +14,10 @@ from gitray.cli.app import main
 from gitray.core.config import Config
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.plans.load import LoadMemo, LoadResult, load_snapshot
-from gitray.plans.plan import Action, StepType
+from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
 from gitray.plans.servefile import resolve_serve_file
+from gitray.plans.steptypes import StepType
 from testenv.manifests import cluster_spec, dump, serve_config, write_files
 from tests.unit.builders import live
 

@@ -1,6 +1,7 @@
 """The step registry (gitray.plans.steptypes): every step type has a row and an engine handler,
-the plan schema's per-type params agree with the rows, and each row's params codec reads and
-writes back the params the planner really makes."""
+the committed plan schema's step types and per-type params are the ones generated from the rows
+(scripts/gen-schemas --only plan), and each row's params codec reads and writes back the params
+the planner really makes."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from gitray.engine.actions import Actions
 from gitray.engine.incremental.traffic import TRAFFIC_STEPS
 from gitray.git.source import read_snapshot
 from gitray.plans.load import load_snapshot
-from gitray.plans.plan import Step, StepType
+from gitray.plans.plan import Step
 from gitray.plans.planner import compute_plan
-from gitray.plans.steptypes import STEP_KINDS, describe_step, params_of
+from gitray.plans.stepschema import plan_schema, plan_schema_text
+from gitray.plans.steptypes import STEP_KINDS, StepType, describe_step, params_of
 from tests.unit.builders import NOW, cluster_for, live, with_objects
 from tests.unit.plans.test_plan_incremental import ANALYSIS, NEW, OLD, incremental, one, plan_of
 
 ROOT = Path(__file__).resolve().parents[3]
-SCHEMA = json.loads((ROOT / "schemas" / "plan.schema.json").read_text())
+SCHEMA_TEXT = (ROOT / "schemas" / "plan.schema.json").read_text()
+SCHEMA = json.loads(SCHEMA_TEXT)
 
 
 def test_every_step_type_has_a_row() -> None:
@@ -67,6 +70,19 @@ def test_the_plan_schema_requires_the_params_each_row_requires() -> None:
     assert set(SCHEMA["$defs"]["step"]["properties"]["type"]["enum"]) == set(schema)
     rows = {t.value: set(kind.params.required()) for t, kind in STEP_KINDS.items()}
     assert rows == schema
+
+
+def test_the_committed_plan_schema_is_generated_from_the_registry() -> None:
+    assert plan_schema_text(SCHEMA) == SCHEMA_TEXT, "run scripts/gen-schemas --only plan"
+
+
+def test_the_schema_check_would_catch_a_step_type_the_schema_lacks() -> None:
+    stale = json.loads(SCHEMA_TEXT)
+    stale["$defs"]["step"]["properties"]["type"]["enum"].remove("pause")
+    rules = stale["$defs"]["step"]["allOf"]
+    rules.remove(next(r for r in rules if r["if"]["properties"]["type"].get("const") == "pause"))
+    assert json.dumps(stale, indent=2) + "\n" != plan_schema_text(stale)
+    assert plan_schema(stale) == SCHEMA
 
 
 def planned_steps() -> list[Step]:
@@ -113,3 +129,6 @@ def test_the_flags_the_engine_reads() -> None:
         StepType.WAIT_CLUSTER_READY, StepType.DEPLOY_SERVE, StepType.WAIT_SERVE_RUNNING,
         StepType.AWAIT_APPROVAL}
     assert {t for t in StepType if k[t].holds} == {StepType.WAIT_INTERVAL, StepType.PAUSE}
+    assert {t for t in StepType if k[t].dry_run} == {
+        StepType.CREATE_CLUSTER, StepType.UPDATE_CLUSTER, StepType.CREATE_SERVICE,
+        StepType.CREATE_JOB, StepType.APPLY_OBJECT}

@@ -5,8 +5,7 @@ Service switches of a blue-green one (pure: the executor's rule on planned steps
 from __future__ import annotations
 
 from gitray.engine.undo import traffic_moved as _traffic_moved
-from gitray.plans.plan import StepType
-from gitray.plans.steptypes import STEP_KINDS
+from gitray.plans.steptypes import STEP_KINDS, StepType
 from tests.unit.builders import live, rayservice
 from tests.unit.plans.test_plan_incremental import incremental, one, plan_of
 
