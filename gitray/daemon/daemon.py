@@ -380,7 +380,8 @@ class Daemon:
             plan = only_deletions(plan)
         plan, held = self.verdicts.hold_back(self.kube, sha, trigger, plan)
         resume = resumable(plan, records)
-        self.dispatch.resume_released(plan, records, resume)
+        newest = trigger != "deletions"  # (a deletions pass may plan an older commit)
+        self.dispatch.resume_released(plan, records, resume, newest)
         in_flight = self.fleet.in_flight()
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
                                        {*resume, *in_flight}, failed_before)
@@ -392,7 +393,7 @@ class Daemon:
                 self.verdicts.converged(sha, desired)
             return []
         return self.dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,
-                             self._newer_commit(sha, snapshot))
+                             self._newer_commit(sha, snapshot), newest)
 
     def _run_ended(self, key: ObjectKey, flight: Flight, outcome: WorkloadOutcome | None
                    ) -> None:

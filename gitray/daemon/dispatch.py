@@ -7,7 +7,10 @@ the commit they were started for (their statuses go to that commit). Waits park
 (``gitray.engine.parking``): no run holds a worker while it waits.
 
 A resumed run of an older commit is superseded, as SPEC §3 says for a RayService's wait before
-traffic moved, when the pass's own commit wants another spec for it (``newer_than_run``).
+traffic moved, when the pass's own commit wants another spec for it (``newer_than_run``) — by
+a pass of the branch's newest commit only: a deletions pass plans the last commit a pass took
+(read before it waited for the pass lock, it may be older than a run parked since), and must
+not stop a newer commit's run as if Git had moved back.
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ class Dispatcher:
 
     def __call__(self, sha: str, trigger: str, desired: Desired, plan: Plan,
                  resume: dict[ObjectKey, Record], in_flight: dict[ObjectKey, Flight],
-                 failed: list[ObjectKey], superseded: SupersedeCheck) -> list[WorkloadPlan]:
-        """Start the runs whose turn has come (``dispatchable``), each on a worker."""
+                 failed: list[ObjectKey], superseded: SupersedeCheck,
+                 newest: bool = True) -> list[WorkloadPlan]:
+        """Start the runs whose turn has come (``dispatchable``), each on a worker. Only a
+        pass of the ``newest`` commit supersedes resumed runs of older ones."""
         released = self.fleet.released()
         # (one released after this pass read the records is left for the next pass)
         ready = [w for w in dispatchable(plan, in_flight, failed, resume)
@@ -76,7 +81,7 @@ class Dispatcher:
             self.post_status(sha, None, "pending", f"applying: {changing} workload(s) to change")
         if not ready:
             return []
-        check = newer_than_run(plan, superseded)
+        check = newer_than_run(plan, superseded) if newest else superseded
         executors: dict[str, Executor] = {}
 
         def run(wp: WorkloadPlan, at: str) -> Callable[[], WorkloadOutcome]:
@@ -94,15 +99,17 @@ class Dispatcher:
         return ready
 
     def resume_released(self, plan: Plan, records: list[Record],
-                        resume: dict[ObjectKey, Record]) -> None:
+                        resume: dict[ObjectKey, Record], newest: bool = True) -> None:
         """Parked runs this pass resumes at their wait step, whatever their commit: those a
-        re-check released, and a RayService's wait the pass's commit wants another spec for
-        (its run is superseded then). A parked run with no record left is forgotten."""
+        re-check released, and (a pass of the ``newest`` commit) a RayService's wait the
+        pass's commit wants another spec for (its run is superseded then). A parked run with
+        no record left is forgotten."""
         wanted = {w.key: w.desired_hash for w in plan.workloads}
-        self.fleet.rechecked([k for k, p in self.fleet.parked().items()
-                              if k.kind == Kind.RAY_SERVICE.value
-                              and wanted.get(k, p.flight.desired_hash) != p.flight.desired_hash],
-                             [])
+        if newest:
+            self.fleet.rechecked([k for k, p in self.fleet.parked().items()
+                                  if k.kind == Kind.RAY_SERVICE.value
+                                  and wanted.get(k, p.flight.desired_hash)
+                                  != p.flight.desired_hash], [])
         running = {r.key: r for r in records if r.state is RunState.RUNNING}
         released = self.fleet.released()
         gone = [k for k in released if k not in running or k not in wanted]

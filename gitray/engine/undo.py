@@ -22,7 +22,7 @@ from gitray.engine.incremental.upgradecontrol import rollback_of
 from gitray.plans.plan import Step, WorkloadPlan
 from gitray.plans.steptypes import STEP_KINDS, StepType
 
-__all__ = ["Undoing", "traffic_moved"]
+__all__ = ["Undoing", "new_cluster", "traffic_moved"]
 
 
 class Undoing:
@@ -48,10 +48,9 @@ class Undoing:
             return rolled_back
         if traffic_moved(wp, failed_at):
             return ""  # traffic already moved: leave everything for the next plan to settle
-        new = [s.target for s in wp.steps if s.type is StepType.CREATE_CLUSTER]
-        if not new:
+        cluster = new_cluster(wp)
+        if cluster is None:
             return ""
-        cluster = new[0]
         try:
             self.fence.ensure_held()
             if keep_failed(wp, self.config.rayservice.keep_failed_clusters):
@@ -127,3 +126,14 @@ class Undoing:
 def traffic_moved(wp: WorkloadPlan, index: int) -> bool:
     """Whether a step before ``index`` created or switched a Service (traffic may have moved)."""
     return any(STEP_KINDS[s.type].moves_traffic for s in wp.steps[:index])
+
+
+def new_cluster(wp: WorkloadPlan) -> str | None:
+    """The cluster a failed RayService rollout built or waited for: the one it creates, or
+    the pending cluster it took over from an earlier run (a plan waits for a cluster to be
+    ready only when building one: ``Ctx.build_new_cluster``). None when it builds none."""
+    for wanted in (StepType.CREATE_CLUSTER, StepType.WAIT_CLUSTER_READY):
+        targets = [s.target for s in wp.steps if s.type is wanted]
+        if targets:
+            return targets[0]
+    return None

@@ -12,6 +12,7 @@ import pytest
 
 from gitray.core.errors import Interrupted, LeaseLostError
 from gitray.core.model import ObjectKey
+from gitray.daemon.dispatch import Dispatcher
 from gitray.daemon.fleet import (
     RECHECK_CAP_S,
     RECHECK_FIRST_S,
@@ -428,5 +429,29 @@ def test_a_wait_its_run_checks_itself_is_rechecked_later_and_later_too() -> None
         assert delays == [2.0, 4.0, 8.0, 15.0, 15.0]
         assert parked_again(NEXT_WAIT).due - clock.now == 2.0
         assert ends.seen == []
+    finally:
+        fleet.shutdown()
+
+
+def test_only_a_pass_of_the_newest_commit_supersedes_a_parked_upgrade() -> None:
+    """A RayService's run parked at a wait for the newest commit (spec h2): a deletions pass
+    of the commit before (spec h1; its sha read before it waited for the pass lock) leaves it
+    parked; a pass of a commit that wants another spec releases it (superseded then)."""
+    ends, clock = Ends(), Clock()
+    fleet = Fleet(1, ends, monotonic=clock)
+    try:
+        waiting = WorkloadOutcome(RS1, Outcome.WAITING, "x", 2, 6,
+                                  waiting=Waiting(WAIT, "x", None))
+        assert fleet.dispatch(wp(RS1, 0, True, h="h2"), "new", "commit", lambda: waiting)
+        for _ in range(3000):
+            if RS1 in fleet.parked():
+                break
+            threading.Event().wait(0.01)
+        dispatcher = Dispatcher(fleet, None, lambda *_: None, lambda *_: None)  # type: ignore[arg-type]
+        older = Plan("old", "live", workloads=(wp(RS1, 0, False, h="h1"),))
+        dispatcher.resume_released(older, [], {}, newest=False)
+        assert RS1 in fleet.parked() and not fleet.parked()[RS1].released
+        dispatcher.resume_released(older, [], {}, newest=True)  # (no record: forgotten)
+        assert RS1 not in fleet.parked()
     finally:
         fleet.shutdown()

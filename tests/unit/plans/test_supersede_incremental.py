@@ -4,10 +4,15 @@ Service switches of a blue-green one (pure: the executor's rule on planned steps
 
 from __future__ import annotations
 
+import pytest
+
+from gitray.core.model import LiveState, Workload
+from gitray.engine.undo import new_cluster
 from gitray.engine.undo import traffic_moved as _traffic_moved
 from gitray.plans.steptypes import STEP_KINDS, StepType
 from tests.unit.builders import live, rayservice
 from tests.unit.plans.test_plan_incremental import incremental, one, plan_of
+from tests.unit.plans.test_plan_rayservice import NEW, NEW_SERVE, OLD, B, upgrading
 
 
 def test_waits_after_the_first_weight_shift_cannot_be_superseded() -> None:
@@ -29,3 +34,19 @@ def test_a_blue_green_upgrade_moves_traffic_at_its_service_switch() -> None:
     assert StepType.SHIFT_TRAFFIC not in types
     switch = types.index(StepType.SWITCH_SERVICE)
     assert not _traffic_moved(wp, switch) and _traffic_moved(wp, switch + 1)
+
+
+@pytest.mark.parametrize(("situation", "state", "desired", "expected"), [
+    ("a blue-green upgrade creates its new cluster", live(OLD), NEW, B),
+    # a run that takes over the pending cluster of an earlier, superseded run (the plan waits
+    # for it, creates nothing): a failure removes it as it would one the run created
+    ("an upgrade resumed on the pending cluster of an earlier run", upgrading(NEW), NEW, B),
+    ("a Serve-only change builds no cluster", live(OLD), NEW_SERVE, None),
+])
+def test_the_cluster_a_failed_rollout_removes(situation: str, state: LiveState,
+                                              desired: Workload, expected: str | None) -> None:
+    wp = one(plan_of(desired, state))
+    steps = [(s.type, s.target) for s in wp.steps]
+    assert new_cluster(wp) == expected, (situation, steps)
+    if "resumed" in situation:  # it creates nothing: the cluster is found by its wait
+        assert StepType.CREATE_CLUSTER not in [t for t, _ in steps], steps
