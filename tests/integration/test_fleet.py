@@ -31,6 +31,20 @@ def job_status(testenv: TestEnv, ns: str) -> str | None:
     return str(items[0].get("status", {}).get("jobStatus") or "") if items else None
 
 
+def push_other_teams_cluster(testenv: TestEnv, work: GitOpsRepo, other: str,
+                             timeout: float) -> str:
+    """Another team's (suspended) RayCluster pushed in a later commit: its sha, once gitray
+    created it within ``timeout`` s."""
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+               "metadata": {"name": "team-b", "namespace": other},
+               "spec": cluster_spec(IMAGE, suspend=True)}
+    sha = push(work, "another team's cluster", {"cluster.yaml": dump(cluster)})
+    wait_for(lambda: testenv.custom.list_namespaced_custom_object(
+        "ray.io", "v1", other, "rayclusters")["items"] or None, timeout=timeout,
+        what=f"the RayCluster of the later commit created within {timeout:.0f} s")
+    return sha
+
+
 def test_a_running_rayjob_holds_no_other_teams_workload(
         testenv: TestEnv, namespace: str, remote: tuple[Any, GitOpsRepo],
         tmp_path: Any) -> None:
@@ -46,13 +60,7 @@ def test_a_running_rayjob_holds_no_other_teams_workload(
                  what="the RayJob RUNNING")
         assert notes(bare, first)["gitray"]["state"] == "pending"
 
-        cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                   "metadata": {"name": "team-b", "namespace": other},
-                   "spec": cluster_spec(IMAGE, suspend=True)}
-        second = push(work, "another team's cluster", {"cluster.yaml": dump(cluster)})
-        wait_for(lambda: testenv.custom.list_namespaced_custom_object(
-            "ray.io", "v1", other, "rayclusters")["items"] or None, timeout=90,
-            what="the RayCluster of the later commit created")
+        second = push_other_teams_cluster(testenv, work, other, 90)
         # created while the job's run still waits: the job sleeps 120 s once RUNNING
         assert job_status(testenv, namespace) == "RUNNING"
         (created,) = testenv.custom.list_namespaced_custom_object(
@@ -151,13 +159,7 @@ def test_more_long_waits_than_workers_hold_no_worker(
         assert all(f["step"].startswith("2/2 wait-job") for f in waiting), waiting
         assert notes(bare, first)["gitray"]["state"] == "pending"
 
-        cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                   "metadata": {"name": "team-b", "namespace": other},
-                   "spec": cluster_spec(IMAGE, suspend=True)}
-        second = push(work, "another team's cluster", {"cluster.yaml": dump(cluster)})
-        wait_for(lambda: testenv.custom.list_namespaced_custom_object(
-            "ray.io", "v1", other, "rayclusters")["items"] or None, timeout=60,
-            what="the RayCluster of the later commit created while both jobs wait")
+        second = push_other_teams_cluster(testenv, work, other, 60)
         assert parked() is not None  # (they still wait: their timeout is 150 s)
         assert notes(bare, first)["gitray"]["state"] == "pending"
 
