@@ -236,7 +236,9 @@ class TestEnv:
             selector += f",ray.io/node-type={node_type}"
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
-    def wait_head_pod(self, namespace: str, cluster: str, timeout: float = 90) -> Any:
+    # The waits below bound a hang, they time nothing (speed is measured in bench/): sized for
+    # two test lanes on 2 cores, where a Ray head once took more than 120 s to start.
+    def wait_head_pod(self, namespace: str, cluster: str, timeout: float = 240) -> Any:
         """The cluster's head pod once kwok reports it Running with a pod IP."""
         def ready() -> Any:
             for pod in self.cluster_pods(namespace, cluster, "head"):
@@ -261,7 +263,7 @@ class TestEnv:
         """The runner's record of the Ray head for this pod (matched by pod UID), if any."""
         return next((h for h in self.ray_heads() if h["uid"] == pod.metadata.uid), None)
 
-    def wait_ray_head(self, pod: Any, timeout: float = 120) -> dict[str, Any]:
+    def wait_ray_head(self, pod: Any, timeout: float = 300) -> dict[str, Any]:
         """Wait until the runner reports the pod's Ray head (and Serve) started; its record."""
         def ready() -> dict[str, Any] | None:
             head = self.ray_head_for(pod)
@@ -278,7 +280,7 @@ class TestEnv:
     def dashboard_url(pod: Any, port: int = 8265) -> str:
         return f"http://{pod.status.pod_ip}:{port}"
 
-    def wait_dashboard(self, pod: Any, timeout: float = 120) -> str:
+    def wait_dashboard(self, pod: Any, timeout: float = 300) -> str:
         """Wait until the pod's own Ray head answers the Serve REST API on the pod IP; its URL."""
         self.wait_ray_head(pod, timeout)
         url = self.dashboard_url(pod)
@@ -289,7 +291,7 @@ class TestEnv:
         wait_for(answers, timeout, interval=1, what=f"Ray dashboard at {url}")
         return url
 
-    def wait_serve_running(self, dashboard: str, app: str, timeout: float = 120) -> dict[str, Any]:
+    def wait_serve_running(self, dashboard: str, app: str, timeout: float = 300) -> dict[str, Any]:
         """Wait for Serve application `app` to be RUNNING; fails fast on DEPLOY_FAILED."""
         def running() -> dict[str, Any] | None:
             status, body = http_json("GET", f"{dashboard}/api/serve/applications/", timeout=5)

@@ -36,6 +36,9 @@ from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.test_apply_rayservice import Cluster
 from tests.integration.test_daemon import notes, push
 
+# Gates judge measured success rates: run alone, not beside a lane (scripts/test, phase 3).
+pytestmark = pytest.mark.alone
+
 SVC = "fruit"
 SERVE_SVC, HEAD_SVC = f"{SVC}-serve-svc", f"{SVC}-head-svc"
 

@@ -66,6 +66,9 @@ from tests.integration.harness import (
     wait_converged,
 )
 
+# Counts failed requests (0 allowed) while leaders are killed: run alone, not beside a lane.
+pytestmark = pytest.mark.alone
+
 SVC = "serve-demo"
 UPGRADE_STEPS = ["create-cluster", "wait-cluster-ready", "deploy-serve", "wait-serve-running",
                  "switch-service", "switch-service", "schedule-cluster-deletion"]

@@ -207,6 +207,8 @@ def test_kuberay_rayservice_controller_reaches_ready_and_serves(testenv: TestEnv
     assert answer == GREETING
 
 
+# 0 failed requests of 3 s each: beside a lane, 16 of 1,017 once timed out (scripts/test, phase 3)
+@pytest.mark.alone
 def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_back(
         testenv: TestEnv, namespace: str, tmp_path: Path) -> None:
     """Real requests to the serve Service's ClusterIP (new connection each, fixed rate, bounded)

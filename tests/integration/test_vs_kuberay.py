@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testenv.helpers import RAY_IMAGE, TestEnv, get_text, wait_for
 from testenv.load import LoadGenerator
 from testenv.manifests import dump, gitray_config, serve_config
@@ -23,6 +25,9 @@ from testenv.rayservices import real_node_rayservice
 from tests.integration.chaos import ClusterWatch, isolated, start_replica
 from tests.integration.gitops import GitOpsRepo, Gitray, output
 from tests.integration.harness import ray_clusters
+
+# Counts failed requests (0 allowed) through an upgrade: run alone, not beside a lane.
+pytestmark = pytest.mark.alone
 
 SVC = "serve-demo"
 GREETING = "hello from gitray testenv"
