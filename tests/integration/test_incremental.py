@@ -24,12 +24,13 @@ import pytest
 from testenv.gatewayenv import GATEWAY_CLASS
 from testenv.helpers import TestEnv, get_text, wait_for
 from testenv.load import LoadGenerator, LoadResult
-from testenv.manifests import dump, gitray_config
-from testenv.rayservices import incremental_rayservice
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import incremental_rayservice, real_node_rayservice
 from testenv.routes import SETTLE_S, Period, RouteLog, RouteObserver, describe, periods
 from tests.integration.chaos import isolated, start_replica
 from tests.integration.gitops import GitOpsRepo, Gitray, output
-from tests.integration.harness import ray_clusters
+from tests.integration.harness import ray_clusters, selected_cluster
+from tests.integration.test_apply_rayservice import Cluster
 
 pytestmark = pytest.mark.gateway
 
@@ -181,40 +182,61 @@ def _push(repo: GitOpsRepo, message: str, files: dict[str, str | None]) -> str:
 
 def test_pause_promote_and_abort_through_the_daemon(
         testenv: TestEnv, gateway: dict[str, str], namespace: str, tmp_path: Path) -> None:
-    """gitray sync runs the upgrade. v2 pauses at 50 % until promoted: the weight holds,
-    `gitray promote` lets it finish. v3 pauses at 25 %: `gitray abort` rolls it back to v2.
-    Requests through the Gateway never fail."""
+    """gitray sync runs the upgrade. v2 pauses at 50 % until promoted: the weight holds, and
+    meanwhile another RayService of the repository (``other``) is upgraded blue-green to its
+    end (issue 26: a paused upgrade parks only its own workload); `gitray promote` lets v2
+    finish. v3 pauses at 25 %: `gitray abort` rolls it back to v2. Requests through the
+    Gateway and through ``other``'s serve Service never fail."""
     ns = namespace
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo = GitOpsRepo(tmp_path / "work")
     repo.git("remote", "add", "origin", str(bare))
     gitray = Gitray(testenv.kubeconfig, ns)
+    cluster = Cluster(testenv, ns)
     url = f"{gateway['web']}/hello"
 
     def rs(version: int, at: int) -> str:
         return dump(_rayservice(ns, version, metrics=gateway["metrics"],
                                 pauses=[{"atPercent": at}]))
 
+    def fruit() -> list[str]:
+        return [c for c in ray_clusters(testenv, ns) if c.startswith(f"{SVC}-")]
+
+    def others() -> list[str]:
+        return [c for c in ray_clusters(testenv, ns) if c.startswith(f"{OTHER}-")]
+
     _push(repo, "v1", {"gitray.yaml": isolated(gitray_config("10s", ns), ns),
-                       "svc.yaml": rs(1, 50)})
+                       "svc.yaml": rs(1, 50), "other.yaml": _other(ns, 1)})
     sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon")
     try:
         assert wait_for(lambda: _answer(url), 300, what="v1 through the Gateway") == "v1"
-        (v1,) = ray_clusters(testenv, ns)
+        (v1,) = fruit()
+        (o1,) = wait_for(lambda: (others() if selected_cluster(testenv, ns, OTHER_SERVE)
+                                  else None), 300, what=f"{OTHER}'s serve Service")
+        other_url = f"http://{cluster.cluster_ip(OTHER_SERVE)}:8000/hello"
+        assert wait_for(lambda: _answer(other_url), 120,
+                        what=f"{OTHER} v1 through its serve Service") == f"{OTHER} v1"
         with RouteObserver(testenv.custom, ns, ROUTE) as log, \
-                LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load:
+                LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load, \
+                LoadGenerator(other_url, rate=5, count=5 * 1200, timeout=5) as other_load:
             _push(repo, "v2, paused at 50 %", {"svc.yaml": rs(2, 50)})
             wait_for(lambda: _paused_at(log, 50), 600, what="the pause at 50 %")
-            time.sleep(INTERVAL_S + 5)  # longer than a step: the pause holds the weight
-            assert log.changes[-1][1][v1] == 50, log
+            paused_since = log.changes[-1][0]
+            # another workload's blue-green upgrade, pushed while v2 is paused, goes to its
+            # end: new cluster serving, the old one deleted after its deletionDelay
+            _push(repo, f"{OTHER} v2 (blue-green)", {"other.yaml": _other(ns, 2)})
+            wait_for(lambda: (len(others()) == 1 and others() != [o1]
+                              and _answer(other_url) == f"{OTHER} v2") or None, 600,
+                     what=f"{OTHER}'s blue-green upgrade to v2 done while v2 is paused")
+            # ... and v2 stayed paused at 50 % all along
+            assert log.changes[-1][0] == paused_since and log.changes[-1][1][v1] == 50, log
             promoted = gitray.run("promote", f"{ns}/{SVC}")
             assert promoted.returncode == 0, output(promoted)
             assert "the pause at 50 %" in promoted.stdout, output(promoted)
-            wait_for(lambda: len(ray_clusters(testenv, ns)) == 1
-                     != (v1 in ray_clusters(testenv, ns))
-                     or None, 600, what="v2 promoted and v1 deleted")
-            (v2,) = ray_clusters(testenv, ns)
+            wait_for(lambda: len(fruit()) == 1 != (v1 in fruit()) or None, 600,
+                     what="v2 promoted and v1 deleted")
+            (v2,) = fruit()
             assert _answer(url) == "v2"
             # with v1 deleted, the route no longer names it
             wait_for(lambda: log.last() == {v2: 100} or None, 60, what="the route on v2 alone")
@@ -225,20 +247,37 @@ def test_pause_promote_and_abort_through_the_daemon(
             assert aborted.returncode == 0, output(aborted)
             wait_for(lambda: log.last() == {v2: 100} or None, 120,
                      what="all traffic back to v2")
-            wait_for(lambda: ray_clusters(testenv, ns) == [v2] or None, 120, what="v3 deleted")
+            wait_for(lambda: fruit() == [v2] or None, 120, what="v3 deleted")
             time.sleep(SETTLE_S + 6)
             load.stop()
-        r = load.result()
+            other_load.stop()
+        r, o = load.result(), other_load.result()
         ps = periods(log, r)
-        print(promoted.stdout, aborted.stdout, r.summary(), describe(ps, "v2"), sep="\n")
+        print(promoted.stdout, aborted.stdout, r.summary(), describe(ps, "v2"),
+              f"{OTHER}: {o.summary()}", sep="\n")
         assert r.failed == 0, r.summary() + "\n" + describe(ps, "v2")
+        assert o.sent > 0 and o.failed == 0, o.summary()
+        assert set(o.bodies) == {f"{OTHER} v1", f"{OTHER} v2"}, o.summary()
         assert _answer(url) == "v2"
         # the abort is a failed run at v3: not retried at that revision
         time.sleep(5)
-        assert ray_clusters(testenv, ns) == [v2]
+        assert fruit() == [v2]
     finally:
         sync.terminate()
     print(sync.log.read_text()[-4000:])
+
+
+OTHER = "other"
+OTHER_SERVE = f"{OTHER}-serve-svc"
+
+
+def _other(ns: str, version: int) -> str:
+    """Another team's RayService beside ``fruit``: upgraded blue-green (KubeRay's default),
+    the hello app answering ``other v<version>`` on a cluster spec of its own."""
+    return dump(real_node_rayservice(
+        ns, serve=serve_config(("hello", "/hello", "hello:build"),
+                               args={"greeting": f"{OTHER} v{version}"}),
+        workers=0, name=OTHER, revision=version))
 
 
 def _paused_at(log: RouteLog, percent: int) -> bool | None:
