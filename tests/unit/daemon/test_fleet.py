@@ -28,6 +28,7 @@ from gitray.daemon.fleet import (
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
+from tests.clock import ManualClock
 
 STEP = (Step("s1", StepType.APPLY_OBJECT, "x"),)
 
@@ -216,14 +217,6 @@ def test_due_are_the_parked_waits_whose_time_has_come_and_not_released(now: floa
     assert due({}, now) == []
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def park(fleet: Fleet, k: ObjectKey, ends: Ends, left: float | None = 600.0) -> None:
     done = threading.Event()
     waiting = WorkloadOutcome(k, Outcome.WAITING, "run is Running", 1, 3,
@@ -242,7 +235,7 @@ def park(fleet: Fleet, k: ObjectKey, ends: Ends, left: float | None = 600.0) -> 
 
 
 def test_a_waiting_run_parks_holds_no_worker_and_stays_in_flight_unheard() -> None:
-    ends, clock = Ends(), Clock()
+    ends, clock = Ends(), ManualClock(100.0)
     fleet = Fleet(1, ends, monotonic=clock)
     try:
         park(fleet, RJ0, ends)
@@ -262,7 +255,7 @@ def test_a_waiting_run_parks_holds_no_worker_and_stays_in_flight_unheard() -> No
 
 
 def test_a_recheck_backs_off_or_releases_and_the_release_resumes_with_its_own_flight() -> None:
-    ends, clock = Ends(), Clock()
+    ends, clock = Ends(), ManualClock(100.0)
     fleet = Fleet(1, ends, monotonic=clock)
     try:
         park(fleet, RJ0, ends)
@@ -291,7 +284,7 @@ def test_a_recheck_backs_off_or_releases_and_the_release_resumes_with_its_own_fl
 
 def test_forgotten_parked_runs_leave_the_fleet() -> None:
     ends = Ends()
-    fleet = Fleet(1, ends, monotonic=Clock())
+    fleet = Fleet(1, ends, monotonic=ManualClock(100.0))
     try:
         park(fleet, RJ0, ends)
         fleet.forget([RJ0, RC0])
@@ -304,7 +297,7 @@ def test_a_run_that_parks_while_stopping_is_left_for_the_next_leader(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gitray.sync")
     ends = Ends()
-    fleet = Fleet(1, ends, monotonic=Clock())
+    fleet = Fleet(1, ends, monotonic=ManualClock(100.0))
     try:
         gate = threading.Event()
         waiting = WorkloadOutcome(RJ0, Outcome.WAITING, "x",
@@ -332,7 +325,7 @@ def test_shutdown_hands_the_parked_runs_over_saying_so_as_for_a_run_on_a_worker(
     still says, for each, that the next leader resumes it (SIGTERM's contract)."""
     caplog.set_level(logging.INFO, logger="gitray.sync")
     ends = Ends()
-    fleet = Fleet(1, ends, monotonic=Clock())
+    fleet = Fleet(1, ends, monotonic=ManualClock(100.0))
     try:
         park(fleet, RJ0, ends)
         park(fleet, RC0, ends)
@@ -353,7 +346,7 @@ def test_a_queued_or_interrupted_run_says_it_is_left_for_the_next_leader(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gitray.sync")
     ends = Ends()
-    fleet = Fleet(1, ends, monotonic=Clock())
+    fleet = Fleet(1, ends, monotonic=ManualClock(100.0))
     gate = threading.Event()
 
     def run() -> WorkloadOutcome:
@@ -374,7 +367,7 @@ def test_a_queued_or_interrupted_run_says_it_is_left_for_the_next_leader(
 
 def test_a_parked_wait_resumed_at_the_same_step_is_not_announced_again() -> None:
     ends = Ends()
-    fleet = Fleet(1, ends, monotonic=Clock())
+    fleet = Fleet(1, ends, monotonic=ManualClock(100.0))
     gate = threading.Event()
     try:
         assert fleet.dispatch(wp(RJ0, 0, True), "abc", "commit",
@@ -404,7 +397,7 @@ def test_a_wait_its_run_checks_itself_is_rechecked_later_and_later_too() -> None
     is due and checked by its run, which parks again: each such check counts, so it is
     checked after 2, 4, 8, then every 15 s — not by a whole pass every 2 s for as long as it
     waits (a pause until promoted may wait for hours). A new wait step starts over."""
-    ends, clock = Ends(), Clock()
+    ends, clock = Ends(), ManualClock(100.0)
     fleet = Fleet(1, ends, monotonic=clock)
 
     def waits_at(step: Step) -> Callable[[], WorkloadOutcome]:
@@ -437,7 +430,7 @@ def test_only_a_pass_of_the_newest_commit_supersedes_a_parked_upgrade() -> None:
     """A RayService's run parked at a wait for the newest commit (spec h2): a deletions pass
     of the commit before (spec h1; its sha read before it waited for the pass lock) leaves it
     parked; a pass of a commit that wants another spec releases it (superseded then)."""
-    ends, clock = Ends(), Clock()
+    ends, clock = Ends(), ManualClock(100.0)
     fleet = Fleet(1, ends, monotonic=clock)
     try:
         waiting = WorkloadOutcome(RS1, Outcome.WAITING, "x", 2, 6,

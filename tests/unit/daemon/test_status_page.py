@@ -16,14 +16,15 @@ from gitray.daemon.statuspage import commit_url
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.plans.plan import Step
 from gitray.plans.steptypes import StepType
-from tests.unit.daemon.test_workload_metrics import Clock, Recording
+from tests.clock import ManualClock
+from tests.unit.daemon.test_workload_metrics import Recording
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 STATE = DaemonState(fetched=SHA, synced=SHA)
 HOSTILE = ObjectKey("RayService", "ml", "<img src=x onerror=alert(1)>")
 
 
-def upgrade(signals: Signals, clock: Clock, key: ObjectKey) -> None:
+def upgrade(signals: Signals, clock: ManualClock, key: ObjectKey) -> None:
     report = signals.reporter(SHA, lambda _e: None)
     create = Step("c", StepType.CREATE_CLUSTER, "new<b>", {"manifest": {"spec": {}}})
     report(StepEvent(key, 1, 6, create, "start"))
@@ -41,7 +42,7 @@ def upgrade(signals: Signals, clock: Clock, key: ObjectKey) -> None:
 
 
 def test_the_page_shows_state_steps_and_the_traffic_chart_escaped() -> None:
-    m, clock = Metrics(), Clock()
+    m, clock = Metrics(), ManualClock()
     signals = Signals(m, repo="https://git.example/team/repo.git", notifier=Recording(),
                       clock=clock)
     upgrade(signals, clock, HOSTILE)
@@ -68,7 +69,7 @@ def test_commit_links_never_carry_credentials() -> None:
 
 
 def test_served_on_status() -> None:
-    m, clock = Metrics(), Clock()
+    m, clock = Metrics(), ManualClock()
     signals = Signals(m, notifier=Recording(), clock=clock)
     upgrade(signals, clock, ObjectKey("RayService", "ml", "fruit"))
     http = HttpEndpoints(("127.0.0.1", 0), Probes(lambda: True, lambda: True, lambda: True,

@@ -18,6 +18,7 @@ from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
 from gitray.hosts.notify import Notifier
 from gitray.plans.plan import Step
 from gitray.plans.steptypes import StepType
+from tests.clock import ManualClock
 
 SVC = ObjectKey("RayService", "ml", "fruit")
 JOB = ObjectKey("RayJob", "ml", "train")
@@ -52,16 +53,8 @@ def labels(key: ObjectKey, **more: str) -> tuple[tuple[str, str], ...]:
                          **more}.items()))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make() -> tuple[Metrics, Signals, Recording, Clock]:
-    m, clock, notifier = Metrics(), Clock(), Recording()
+def make() -> tuple[Metrics, Signals, Recording, ManualClock]:
+    m, clock, notifier = Metrics(), ManualClock(), Recording()
     m.table.clock = clock
     return m, Signals(m, notifier=notifier, clock=clock), notifier, clock
 
