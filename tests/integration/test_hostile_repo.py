@@ -32,6 +32,7 @@ from ruamel.yaml import YAML
 from testenv.helpers import TestEnv, make_namespace, wait_for
 from testenv.manifests import dump, gitray_config
 from tests.integration.gitops import REPO_ROOT, GitOpsRepo, Gitray
+from tests.integration.harness import ray_clusters
 
 EXAMPLE_CLUSTER = REPO_ROOT / "examples-repo" / "ray-cluster" / "raycluster.yaml"
 EXAMPLE_SERVICE = REPO_ROOT / "examples-repo" / "ray-serve" / "rayservice.yaml"
@@ -284,18 +285,12 @@ def world(testenv: TestEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         # KubeRay's own first writes (each RayCluster's head Service) land before the first
         # snapshot, so a test never counts them as a change: beside a lane the operator once
         # created lab-head-svc after a test's snapshot was taken
-        for name in managed_clusters(world):
+        for name in ray_clusters(testenv, ns):
             wait_for(lambda n=name: testenv.core.read_namespaced_service(f"{n}-head-svc", ns),
                      timeout=120, what=f"KubeRay's head Service of RayCluster {name}")
         yield world
     finally:
         testenv.core.delete_namespace(ns)
-
-
-def managed_clusters(w: World) -> list[str]:
-    """The RayClusters in the world's namespace, by name."""
-    items = w.env.custom.list_namespaced_custom_object("ray.io", "v1", w.ns, "rayclusters")
-    return [item["metadata"]["name"] for item in items["items"]]
 
 
 def snapshot_of_namespace(w: World) -> dict[str, str]:

@@ -200,11 +200,14 @@ def test_pause_promote_and_abort_through_the_daemon(
         return dump(_rayservice(ns, version, metrics=gateway["metrics"],
                                 pauses=[{"atPercent": at}]))
 
+    def clusters_of(service: str) -> list[str]:
+        return [c for c in ray_clusters(testenv, ns) if c.startswith(f"{service}-")]
+
     def fruit() -> list[str]:
-        return [c for c in ray_clusters(testenv, ns) if c.startswith(f"{SVC}-")]
+        return clusters_of(SVC)
 
     def others() -> list[str]:
-        return [c for c in ray_clusters(testenv, ns) if c.startswith(f"{OTHER}-")]
+        return clusters_of(OTHER)
 
     _push(repo, "v1", {"gitray.yaml": isolated(gitray_config("10s", ns), ns),
                        "svc.yaml": rs(1, 50), "other.yaml": _other(ns, 1)})
