@@ -61,12 +61,16 @@ def spawn(
     log: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    niceness: int = 0,
 ) -> subprocess.Popen[bytes]:
-    """Start `args` in a new session with stdout+stderr appended to `log`."""
+    """Start `args` in a new session with stdout+stderr appended to `log`; with `niceness`,
+    under coreutils' ``nice`` (which execs it: the PID is the program's, and every thread it
+    starts inherits the priority)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["nice", "-n", str(niceness), *args] if niceness else list(args)
     with log.open("ab") as fh:
         return subprocess.Popen(
-            list(args),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=fh,
             stderr=subprocess.STDOUT,

@@ -67,6 +67,16 @@ def _wall_now() -> str:
 OnLost = Callable[[str], None]
 
 
+def renew_stall(last_error: str, started: float | None, now: float) -> str:
+    """Why no renew succeeded, for the step-down message: how long the renew in flight has
+    waited (a slow API server) and the last error; when neither, that no renew ran at all
+    (a process starved of CPU or paused)."""
+    parts = ([f"a renew request has waited {now - started:.1f} s for the API server"]
+             if started is not None else [])
+    parts += [f"last error: {last_error}"] if last_error else []
+    return "; ".join(parts) or "no renew attempt was running: was this process starved of CPU?"
+
+
 class Lease:
     """Leader election for one process on one Lease (thread-safe).
 
@@ -94,6 +104,7 @@ class Lease:
         self._last_renew = 0.0
         self._lost_reason = "it was never acquired"
         self._last_error = ""
+        self._renew_started: float | None = None  # when the renew in flight began, if any
         self._on_lost: OnLost | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -398,7 +409,13 @@ class Lease:
         while not self._stop.wait(self._settings.retry_period_s):
             try:
                 with self._attempts:
-                    renewed = self._attempt(renew_only=True)
+                    with self._lock:
+                        self._renew_started = self._clock()
+                    try:
+                        renewed = self._attempt(renew_only=True)
+                    finally:
+                        with self._lock:
+                            self._renew_started = None
                 with self._lock:
                     if not renewed and not self._leader:
                         return
@@ -409,13 +426,15 @@ class Lease:
     def _deadline_loop(self) -> None:
         deadline = self._settings.renew_deadline_s
         while True:
+            now = self._clock()
             with self._lock:
                 if not self._leader:
                     return
-                left = self._last_renew + deadline - self._clock()
+                left = self._last_renew + deadline - now
+                why = renew_stall(self._last_error, self._renew_started, now)
             if left <= 0:
                 self._step_down(f"no renew succeeded within the {deadline:g} s renew deadline"
-                                + (f" ({self._last_error})" if self._last_error else ""))
+                                f" ({why})")
                 return
             if self._stop.wait(min(left, self._settings.retry_period_s)):
                 return

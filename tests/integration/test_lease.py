@@ -251,7 +251,7 @@ def test_a_leader_whose_renewals_hang_steps_down_within_the_renew_deadline(
         wait_for(lambda: lost, timeout=10, interval=0.05, what="a to step down")
     when, reason = lost[0]
     assert when - cut <= RENEW_S + 0.5
-    assert "renew deadline" in reason
+    assert "renew deadline" in reason and "request has waited" in reason, reason
     assert len(lost) == 1
     assert not a.is_leader
     with pytest.raises(LeaseLostError, match="not held by this process"):

@@ -99,6 +99,24 @@ def _testenv_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def _niceness(pid: int, tid: int | None = None) -> int:
+    stat = Path(f"/proc/{pid}/task/{tid or pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])
+
+
+def test_the_control_plane_is_served_first_when_the_cpu_is_short(kwokenv: TestEnv) -> None:
+    """etcd and kube-apiserver run at a lower niceness than everything else the environment
+    starts (as root, which the environment needs for its real node), every thread included."""
+    components = kwokenv.state.components
+    expected = control.CONTROL_PLANE_NICENESS if os.geteuid() == 0 else 0
+    for name in ("etcd", "kube-apiserver"):
+        pid = int(components[name]["pid"])
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        assert len(threads) > 1 and {_niceness(pid, t) for t in threads} == {expected}, name
+    for name in ("kube-controller-manager", "kuberay-operator", "kwok"):
+        assert _niceness(int(components[name]["pid"])) == 0, name
+
+
 def test_down_leaves_no_process_and_no_port(kwokenv: TestEnv) -> None:
     """A dedicated environment (own state dir), with a Ray head, brought up and down by the CLI."""
     state_dir = Path(tempfile.mkdtemp(prefix="gitray-testenv-updown-"))

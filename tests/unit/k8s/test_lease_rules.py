@@ -23,6 +23,7 @@ from gitray.k8s.election import (
     renew_is_fresh,
     retry_delay,
 )
+from gitray.k8s.lease import renew_stall
 
 # ---- durations ------------------------------------------------------------------------------
 
@@ -191,3 +192,22 @@ def test_acquire_retries_are_jittered_between_one_and_two_point_two_periods() ->
     delays = [retry_delay(2.0, rng) for _ in range(2000)]
     assert all(2.0 <= d < 4.4 for d in delays)
     assert max(delays) - min(delays) > 2.0  # really jittered, not a constant
+
+
+# ---- why a step-down happened ---------------------------------------------------------------
+
+
+def test_a_step_down_says_a_renew_was_waiting_for_the_api_server() -> None:
+    assert renew_stall("", started=100.0, now=108.25) == (
+        "a renew request has waited 8.2 s for the API server")
+
+
+def test_a_step_down_names_the_last_error_beside_the_renew_in_flight() -> None:
+    assert renew_stall("reading Lease: API server unreachable", started=None, now=5.0) == (
+        "last error: reading Lease: API server unreachable")
+    assert renew_stall("409 conflict", started=3.0, now=5.0) == (
+        "a renew request has waited 2.0 s for the API server; last error: 409 conflict")
+
+
+def test_a_step_down_with_no_renew_running_says_the_process_was_starved() -> None:
+    assert "starved of CPU" in renew_stall("", started=None, now=5.0)
