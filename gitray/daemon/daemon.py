@@ -7,7 +7,7 @@ job (every ``interval``: git fetch; a new commit, a due retry, a changed control
 ended or a due drift check starts a pass) and the deletions job (every ``deletion_interval``).
 
 A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
-(``gitray.daemon.fleet``, ``gitray.daemon.dispatch``), so a long wait holds no other workload,
+(``gitray.engine.fleet``, ``gitray.daemon.dispatch``), so a long wait holds no other workload,
 commit or deletion; a wait parks, holding no worker, and the rechecks job (every second: due
 waits only, one LIST per kind and namespace, ``gitray.daemon.rechecks``) releases it for the
 next pass to resume at its wait step; a commit
@@ -45,7 +45,6 @@ from gitray.core.errors import (
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.dispatch import Dispatcher
-from gitray.daemon.fleet import Fleet, Flight
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.holds import Holds
 from gitray.daemon.http import HttpEndpoints, Probes
@@ -62,6 +61,7 @@ from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
 from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
+from gitray.engine.fleet import Fleet, Flight
 from gitray.engine.health import health_by_workload
 from gitray.engine.record import RunState
 from gitray.engine.wiring import Wiring

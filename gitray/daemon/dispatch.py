@@ -1,7 +1,7 @@
 """Starting the runs a pass of ``gitray sync`` chose, each on a worker. I/O (through the fleet).
 
 A pass (``gitray.daemon.daemon``) plans a commit; here the workloads whose turn has come
-(``gitray.daemon.fleet.dispatchable``) get their runs: new ones for the pass's commit, and the
+(``gitray.engine.fleet.dispatchable``) get their runs: new ones for the pass's commit, and the
 parked runs released by a re-check (``gitray.daemon.rechecks``), resumed at their wait step for
 the commit they were started for (their statuses go to that commit). Waits park
 (``gitray.engine.parking``): no run holds a worker while it waits.
@@ -19,10 +19,10 @@ import logging
 from collections.abc import Callable
 
 from gitray.core.model import Kind, ObjectKey
-from gitray.daemon.fleet import Fleet, Flight, dispatchable
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.engine.apply import Desired
 from gitray.engine.executor import Executor, SupersedeCheck, WorkloadOutcome
+from gitray.engine.fleet import Fleet, Flight, dispatchable
 from gitray.engine.record import Record, RunState
 from gitray.plans.plan import Plan, WorkloadPlan
 

@@ -1,7 +1,7 @@
 """Re-checking parked waits in rounds, with batched reads. I/O (LIST), around pure decisions.
 
 A run parked at a wait (``gitray.engine.parking``) is re-checked when it is due
-(``gitray.daemon.fleet.due``). A round reads what the due waits wait on with one LIST per
+(``gitray.engine.fleet.due``). A round reads what the due waits wait on with one LIST per
 (kind, namespace): a RayJob's run ending, a RayCluster becoming ready or failing. Only a
 workload whose wait may have ended (its object settled or gone) or whose timeout ran out is
 released: the next pass resumes its run at the wait step, which checks for itself and goes on,
@@ -20,8 +20,8 @@ from typing import Any
 
 from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
-from gitray.daemon.fleet import Fleet, Parked, due
 from gitray.engine.actions import cluster_ready
+from gitray.engine.fleet import Fleet, Parked, due
 from gitray.engine.parking import remember
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.steptypes import CLUSTER, JOB, StepType

@@ -32,4 +32,4 @@ class DaemonSettings:
     max_backoff_s: float = 300.0
     status_token: str | None = None  # for the Git host's status API (never logged)
     allowed_signers: Path | None = None  # when set, only commits signed by these keys apply
-    workers: int = 8  # workloads whose runs go on at the same time (gitray.daemon.fleet)
+    workers: int = 8  # workloads whose runs go on at the same time (gitray.engine.fleet)

@@ -1,7 +1,7 @@
 """A commit's verdict as the sum of its workloads' runs (``gitray sync``). I/O through the
 daemon's status poster, metrics and notifications.
 
-Each run ends on its own worker (``gitray.daemon.fleet``): its workload status is posted at
+Each run ends on its own worker (``gitray.engine.fleet``): its workload status is posted at
 once (success, failure, or "not finished" when a newer commit superseded it), its metrics and
 notifications are sent. The commit's overall status:
 
@@ -22,12 +22,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from gitray.core.model import ObjectKey
-from gitray.daemon.fleet import Flight
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.signals import Signals
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import Desired, unappliable
 from gitray.engine.executor import Outcome, WorkloadOutcome
+from gitray.engine.fleet import Flight
 from gitray.k8s.client import Kube
 from gitray.plans.filters import hold_back
 from gitray.plans.plan import Plan

@@ -20,6 +20,7 @@ from gitray.engine.capacity import preflight
 from gitray.engine.controls import Control, ControlStore, suspension
 from gitray.engine.dryrun import dry_run
 from gitray.engine.executor import Outcome, Reporter, StepEvent, WorkloadOutcome
+from gitray.engine.foreground import run_to_end
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState, remembered_runs
 from gitray.engine.schemas import cluster_schemas
@@ -272,8 +273,10 @@ def execute(wiring: Wiring, desired: Desired, plan: Plan, reporter: Reporter,
             reporter(StepEvent(key, record.cursor + 1, len(record.plan.steps), step, "resume",
                                f"started by epoch {record.epoch} at revision "
                                f"{record.revision[:12]}"))
-        return held + wiring.executor(desired.config, progress, reporter,
-                                      desired.sensitive).run_plan(plan, resume=resume)
+        executor = wiring.executor(desired.config, progress, reporter, desired.sensitive)
+        return held + run_to_end(
+            plan, lambda wp: executor.run_workload(wp, plan.revision, resume.get(wp.key)),
+            desired.config.max_parallel, resume, interrupt=wiring.interrupt)
     finally:
         lease.stop_renewing()
         lease.release()

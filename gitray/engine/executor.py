@@ -27,15 +27,15 @@ any traffic moved): the run ends ``cancelled`` where it stands — no clean-up, 
 plans the newer commit against what exists (SPEC §3: abandon the pending cluster, or cancel the
 upgrade on a revert) — and the waves after it are skipped.
 
-Waves run in order; within a wave supporting objects go first, then Ray workloads run in
-parallel up to ``maxParallel``. A failed wave stops the waves after it.
+The executor runs one workload at a time per call (``run_workload``); which workloads run
+when, and how many at once, is the fleet's (``gitray.engine.fleet``), driven by a sync pass or,
+for ``gitray apply``, in the foreground (``gitray.engine.foreground``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -73,7 +73,7 @@ from gitray.engine.record import (
     utc_now,
 )
 from gitray.engine.undo import Undoing, traffic_moved
-from gitray.plans.plan import Plan, Step, WorkloadPlan
+from gitray.plans.plan import Step, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
 from gitray.plans.steptypes import STEP_KINDS
 
@@ -161,35 +161,6 @@ class Executor(Undoing):
         # check says what it saw
         self.unparked: frozenset[ObjectKey] = frozenset()
         self._lock = threading.Lock()
-
-    # ---- plan level ---------------------------------------------------------------------
-
-    def run_plan(self, plan: Plan, *, resume: dict[ObjectKey, Record] | None = None
-                 ) -> list[WorkloadOutcome]:
-        """Run every workload with steps; ``resume`` continues interrupted runs' records."""
-        outcomes: list[WorkloadOutcome] = []
-        waves = sorted({w.wave for w in plan.workloads if w.steps})
-        records = resume or {}
-        stopped = ""  # why the waves left are skipped
-        for wave in waves:
-            members = [w for w in plan.workloads if w.wave == wave and w.steps]
-            if stopped:
-                outcomes += [WorkloadOutcome(w.key, Outcome.SKIPPED, stopped, 0, len(w.steps))
-                             for w in members]
-                continue
-            supporting = [w for w in members if w.key.kind not in {k.value for k in Kind}]
-            ray = [w for w in members if w not in supporting]
-            for wp in supporting:
-                outcomes.append(self.run_workload(wp, plan.revision, records.get(wp.key)))
-            with ThreadPoolExecutor(max_workers=max(1, self.config.max_parallel)) as pool:
-                outcomes += list(pool.map(
-                    lambda wp: self.run_workload(wp, plan.revision, records.get(wp.key)),
-                    ray))
-            if any(o.outcome is Outcome.FAILED for o in outcomes):
-                stopped = f"wave {wave} failed"
-            elif any(o.outcome is Outcome.SUPERSEDED for o in outcomes):
-                stopped = f"wave {wave} was superseded by a newer commit"
-        return outcomes
 
     # ---- workload level -----------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Parking a wait: a wait step that holds no worker while it waits (a per-thread switch).
 
 ``gitray sync`` runs each workload's run on a worker of a bounded pool
-(``gitray.daemon.fleet``). A wait step (a RayJob running for hours, a cluster becoming ready,
+(``gitray.engine.fleet``). A wait step (a RayJob running for hours, a cluster becoming ready,
 Serve reaching RUNNING, a hold or a pause of an incremental upgrade) would keep its worker for
 its whole duration. Instead the executor runs such a step *parking*: the step's check runs
 once, and where the wait would block (its progress line, or a sleep on the engine's clock) it

@@ -10,9 +10,9 @@ import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.daemon.dispatch import newer_than_run
-from gitray.daemon.fleet import Fleet, Flight, Parked
 from gitray.daemon.rechecks import WATCHED, Rechecks, reads, round_keys, settled, to_release
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
+from gitray.engine.fleet import Fleet, Flight, Parked
 from gitray.engine.parking import PARKABLE, parking, recall, remember, would_block
 from gitray.engine.parking import Parked as ParkedWait
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan

@@ -1,4 +1,7 @@
-"""``gitray sync`` as a fleet controller: each workload's run on its own worker. I/O (threads).
+"""The fleet controller: each workload's run on its own worker. I/O (threads).
+
+``gitray sync`` drives it from its passes (below); ``gitray apply`` drives the same decision
+and pool in the foreground, its waits holding their workers (``gitray.engine.foreground``).
 
 A sync pass only plans and dispatches (``gitray.daemon.daemon``): for each workload with work
 that no run holds yet, ``dispatchable`` says whether its turn has come, and the ``Fleet`` runs

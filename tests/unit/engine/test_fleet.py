@@ -13,7 +13,8 @@ import pytest
 from gitray.core.errors import Interrupted, LeaseLostError
 from gitray.core.model import ObjectKey
 from gitray.daemon.dispatch import Dispatcher
-from gitray.daemon.fleet import (
+from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
+from gitray.engine.fleet import (
     RECHECK_CAP_S,
     RECHECK_FIRST_S,
     Fleet,
@@ -25,7 +26,6 @@ from gitray.daemon.fleet import (
     order_of,
     recheck_delay,
 )
-from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
 from tests.clock import ManualClock
