@@ -123,7 +123,8 @@ class Daemon:
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
                    leader=lambda: self.lease.is_leader, detail=self._detail),
             self.metrics, self.trigger_poll, settings.webhook_secret,
-            page=lambda: self.signals.page(self.state.current, self.lease.is_leader))
+            page=lambda: self.signals.page(self.state.current, self.lease.is_leader),
+            plan=self.signals.plan)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -358,6 +359,7 @@ class Daemon:
             records = progress.list()  # the runs gitray started are a planning input too
             # refused against live state too (a cluster change under upgradeStrategy None)
             plan, next_deletion = live_plan(self.kube, desired, records=records)
+            self.signals.planned(sha, plan)  # (the first pass of a commit: what it changes)
         except ValidationError as e:
             self.state.update(refused=sha)
             self.metrics.invalid_revisions.inc()

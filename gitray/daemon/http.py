@@ -1,5 +1,6 @@
 """The daemon's HTTP endpoint: /healthz, /readyz, /metrics, the status page (/status,
-``gitray.daemon.statuspage``) and the Git push webhook. I/O.
+``gitray.daemon.statuspage``), the plans it links to (/status/plan/<sha>) and the Git push
+webhook. I/O.
 
 ``/hooks/git`` accepts a push only with a valid signature: GitHub's
 ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>``, Gitea/Forgejo's
@@ -13,6 +14,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,11 +23,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gitray.daemon.metrics import Metrics
+from gitray.daemon.statuspage import PLAN_PREFIX
 
 __all__ = ["HttpEndpoints", "Probes", "verify_signature"]
 
 log = logging.getLogger("gitray.http")
 MAX_BODY = 5 * 1024 * 1024
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def verify_signature(secret: bytes, body: bytes, headers: Mapping[str, str]) -> bool:
@@ -58,8 +62,9 @@ class Probes:
 class HttpEndpoints:
     def __init__(self, address: tuple[str, int], probes: Probes, metrics: Metrics,
                  on_push: Callable[[], None], webhook_secret: bytes | None,
-                 page: Callable[[], str] | None = None) -> None:
-        self.probes, self.metrics, self.page = probes, metrics, page
+                 page: Callable[[], str] | None = None,
+                 plan: Callable[[str], str | None] | None = None) -> None:
+        self.probes, self.metrics, self.page, self.plan = probes, metrics, page, plan
         self.on_push, self.secret = on_push, webhook_secret or b""
         outer = self
 
@@ -72,6 +77,7 @@ class HttpEndpoints:
             def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
+                self.send_header("X-Content-Type-Options", "nosniff")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -90,6 +96,13 @@ class HttpEndpoints:
                                                     **outer.probes.detail()})
                 elif path in {"/", "/status"} and outer.page is not None:
                     self._send(200, outer.page().encode(), "text/html; charset=utf-8")
+                elif path.startswith(PLAN_PREFIX) and outer.plan is not None:
+                    sha = path.removeprefix(PLAN_PREFIX)
+                    text = outer.plan(sha) if _SHA.fullmatch(sha) else None
+                    if text is None:
+                        self._json(404, {"error": "no plan of that commit is kept here"})
+                    else:
+                        self._send(200, text.encode(), "text/plain; charset=utf-8")
                 elif path == "/metrics":
                     self._send(200, generate_latest(outer.metrics.registry),
                                CONTENT_TYPE_LATEST)

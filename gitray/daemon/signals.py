@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +31,9 @@ from gitray.engine.notices import (
     step_notices,
 )
 from gitray.hosts.notify import Notifier
+from gitray.plans.plan import Plan
+from gitray.plans.render import Format
+from gitray.plans.render import render as render_plan
 from gitray.plans.steptypes import StepType
 
 __all__ = ["HealthChange", "Signals"]
@@ -38,6 +41,8 @@ __all__ = ["HealthChange", "Signals"]
 log = logging.getLogger("gitray.sync")
 
 HISTORY = 60  # entries per workload on the status page
+PLANS = 20  # the plans of the last commits, served by the status page
+PLAN_CHARS = 1 << 20  # a plan longer than this is served cut, saying so
 POINTS = 200  # traffic and analysis points per workload
 
 _OUTCOME_STATE = {Outcome.SUCCEEDED: "in-sync", Outcome.FAILED: "failed",
@@ -67,6 +72,7 @@ class Signals:
         self._steps: dict[ObjectKey, set[StepType]] = {}  # step types of the current run
         self.traffic: dict[ObjectKey, deque[tuple[float, int]]] = {}
         self.analyses: dict[ObjectKey, deque[tuple[float, str]]] = {}
+        self._plans: OrderedDict[str, str] = OrderedDict()  # commit -> its plan, as text
 
     def configure(self, snapshot: Snapshot) -> None:
         """The receivers the revision's gitray.yaml names (an invalid one keeps the last)."""
@@ -237,6 +243,23 @@ class Signals:
         self.send(health_notices(sha, before, read))
         return changes
 
+    def planned(self, sha: str, plan: Plan) -> None:
+        """Keep the plan of ``sha`` as its first pass made it (what the commit changes), for
+        the status page; the last ``PLANS`` commits'. Sensitive values are digests in plans,
+        shown as ``(sensitive value)``."""
+        if sha in self._plans:
+            return
+        text = render_plan(plan, Format.TEXT)
+        if len(text) > PLAN_CHARS:
+            text = text[:PLAN_CHARS] + f"\n... (cut at {PLAN_CHARS} characters)\n"
+        self._plans[sha] = text
+        while len(self._plans) > PLANS:
+            self._plans.popitem(last=False)
+
+    def plan(self, sha: str) -> str | None:
+        """The plan kept for ``sha`` (plain text), if any."""
+        return self._plans.get(sha)
+
     def page(self, state: DaemonState, leader: bool) -> str:
         """The status page (gitray.daemon.statuspage); ``self.repo`` is redacted."""
         return render(PageData(
@@ -244,4 +267,5 @@ class Signals:
             self.metrics.table.views(),
             {k: tuple(v) for k, v in list(self.history.items())},
             {k: tuple(v) for k, v in list(self.traffic.items())},
-            {k: tuple(v) for k, v in list(self.analyses.items())}))
+            {k: tuple(v) for k, v in list(self.analyses.items())},
+            frozenset(self._plans)))

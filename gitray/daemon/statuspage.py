@@ -3,8 +3,9 @@
 Server-rendered HTML, no external assets, no JavaScript (it refreshes itself every few
 seconds): the workloads with state, health and revision; each workload's recent steps; for an
 incremental upgrade, its traffic share on the new cluster and its analyses over time as an
-inline SVG chart; a link to the commit when the repository is an http(s) remote. Everything
-that comes from Git or the cluster is escaped.
+inline SVG chart; a link to the commit when the repository is an http(s) remote, and to the
+plan gitray made of it (``/status/plan/<sha>``, plain text) when this replica planned it.
+Everything that comes from Git or the cluster is escaped.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 from gitray.core.model import ObjectKey
 from gitray.daemon.metrics import WorkloadView
 
-__all__ = ["Entry", "PageData", "commit_url", "render"]
+__all__ = ["PLAN_PREFIX", "Entry", "PageData", "commit_url", "plan_path", "render"]
 
 REFRESH_S = 3
+PLAN_PREFIX = "/status/plan/"  # + a commit SHA: the plan of that commit, as text
 CHART_W, CHART_H = 560, 140
 
 
@@ -45,6 +47,7 @@ class PageData:
     history: Mapping[ObjectKey, Sequence[Entry]]
     traffic: Mapping[ObjectKey, Sequence[tuple[float, int]]]
     analyses: Mapping[ObjectKey, Sequence[tuple[float, str]]]  # (time, "passed" | "failed")
+    plans: frozenset[str] = frozenset()  # the commits whose plans are served
 
 
 def commit_url(repo: str, sha: str) -> str | None:
@@ -62,12 +65,19 @@ def _t(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%H:%M:%S")
 
 
-def _sha(repo: str, sha: str) -> str:
+def plan_path(sha: str) -> str:
+    return f"{PLAN_PREFIX}{sha}"
+
+
+def _sha(page: PageData, sha: str) -> str:
     if not sha:
         return "-"
-    url = commit_url(repo, sha)
+    url = commit_url(page.repo, sha)
     text = f"<code>{escape(sha[:7])}</code>"
-    return f'<a href="{escape(url, quote=True)}">{text}</a>' if url else text
+    link = f'<a href="{escape(url, quote=True)}">{text}</a>' if url else text
+    if sha in page.plans:
+        link += f' <a href="{escape(plan_path(sha), quote=True)}"><small>plan</small></a>'
+    return link
 
 
 def _chart(points: Sequence[tuple[float, int]], analyses: Sequence[tuple[float, str]]) -> str:
@@ -147,7 +157,7 @@ def render(page: PageData) -> str:
         f"<td>{_state(page.views.get(k, WorkloadView()))}</td>"
         f"<td>{_health(page.views.get(k, WorkloadView()))}</td>"
         f"<td>{_traffic(page.views.get(k, WorkloadView()))}</td>"
-        f"<td>{_sha(page.repo, page.views.get(k, WorkloadView()).revision)}</td></tr>"
+        f"<td>{_sha(page, page.views.get(k, WorkloadView()).revision)}</td></tr>"
         for k in keys)
     sections = []
     for k in keys:
@@ -166,7 +176,7 @@ def render(page: PageData) -> str:
         f'<meta http-equiv="refresh" content="{REFRESH_S}">'
         f"<title>gitray status</title><style>{_STYLE}</style></head><body>"
         f"<h1>gitray</h1><p>{escape(page.repo)} · {escape(leader)} · in sync at "
-        f"{_sha(page.repo, page.synced)} · newest {_sha(page.repo, page.fetched)} · "
+        f"{_sha(page, page.synced)} · newest {_sha(page, page.fetched)} · "
         f"<small>{_t(page.now)} UTC</small></p>"
         "<table><thead><tr><th>workload</th><th>state</th><th>health</th>"
         f"<th>traffic on new</th><th>revision</th></tr></thead><tbody>{rows}</tbody></table>"

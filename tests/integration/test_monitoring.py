@@ -236,6 +236,10 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
         assert doms[2].count("<circle") >= 3, "the analyses on the chart"  # at 25, 50, 75 %
         assert all((shots / name).stat().st_size > 10_000
                    for name in ("1-at-25.png", "2-at-50.png", "3-converged.png"))
+        # the page links to the plan gitray made of v2, which this replica serves as text
+        assert f'href="/status/plan/{second}"' in doms[2]
+        plan_text = get_text(f"http://127.0.0.1:{sync.port}/status/plan/{second}")
+        assert f"RayService {ns}/{SVC}" in plan_text and "shift" in plan_text, plan_text
         time.sleep(5)  # a few more scrapes and rule evaluations after convergence
         ended = time.time()
         print(load.result().summary())

@@ -5,16 +5,17 @@ daemon's real HTTP endpoint on 127.0.0.1."""
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.request
 
 from gitray.core.model import ObjectKey
 from gitray.daemon.http import HttpEndpoints, Probes
 from gitray.daemon.metrics import Metrics
-from gitray.daemon.signals import Signals
+from gitray.daemon.signals import PLANS, Signals
 from gitray.daemon.state import DaemonState
 from gitray.daemon.statuspage import commit_url
 from gitray.engine.executor import Outcome, StepEvent, WorkloadOutcome
-from gitray.plans.plan import Step
+from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
 from tests.clock import ManualClock
 from tests.unit.daemon.test_workload_metrics import Recording
@@ -68,18 +69,56 @@ def test_commit_links_never_carry_credentials() -> None:
     assert commit_url("file:///x", "abc") is None
 
 
-def test_served_on_status() -> None:
+def a_plan(key: ObjectKey) -> Plan:
+    step = Step("c", StepType.CREATE_CLUSTER, "fruit-1a2b3", {"manifest": {"spec": {}}})
+    return Plan(SHA, "live", workloads=(WorkloadPlan(key, Action.CREATE, 0, (step,)),))
+
+
+def test_the_plan_of_each_commit_is_kept_linked_and_bounded() -> None:
+    m, clock = Metrics(), ManualClock()
+    signals = Signals(m, notifier=Recording(), clock=clock)
+    key = ObjectKey("RayService", "ml", "fruit")
+    assert 'href="/status/plan/' not in signals.page(STATE, True)
+    signals.planned(SHA, a_plan(key))
+    signals.planned(SHA, Plan(SHA, "live"))  # a later pass of the same commit: the first stays
+    text = signals.plan(SHA)
+    assert text is not None and "+ RayService ml/fruit will be created" in text, text
+    assert "create RayCluster fruit-1a2b3" in text
+    html = signals.page(STATE, True)
+    assert html.count(f'<a href="/status/plan/{SHA}"><small>plan</small></a>') == 2  # synced,
+    # newest: both this commit
+    for n in range(PLANS):  # the last PLANS commits' plans are kept
+        signals.planned(f"{n:040x}", Plan(f"{n:040x}", "live"))
+    assert signals.plan(SHA) is None and signals.plan(f"{PLANS - 1:040x}") is not None
+
+
+def test_served_on_status_and_the_plans_it_links_to() -> None:
     m, clock = Metrics(), ManualClock()
     signals = Signals(m, notifier=Recording(), clock=clock)
     upgrade(signals, clock, ObjectKey("RayService", "ml", "fruit"))
+    signals.planned(SHA, a_plan(ObjectKey("RayService", "ml", "fruit")))
     http = HttpEndpoints(("127.0.0.1", 0), Probes(lambda: True, lambda: True, lambda: True,
                                                   dict), m, lambda: None, None,
-                         page=lambda: signals.page(STATE, True))
+                         page=lambda: signals.page(STATE, True), plan=signals.plan)
     http.start()
+    base = f"http://127.0.0.1:{http.port}"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/status", timeout=5) as r:
+        with urllib.request.urlopen(f"{base}/status", timeout=5) as r:
             assert r.headers["Content-Type"] == "text/html; charset=utf-8"
             body = r.read().decode()
+        with urllib.request.urlopen(f"{base}/status/plan/{SHA}", timeout=5) as r:
+            assert r.headers["Content-Type"] == "text/plain; charset=utf-8"
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+            plan = r.read().decode()
+        missing = []
+        for path in (f"/status/plan/{'f' * 40}", "/status/plan/../../etc/passwd",
+                     "/status/plan/<b>"):
+            try:
+                urllib.request.urlopen(base + path, timeout=5)
+            except urllib.error.HTTPError as e:
+                missing.append(e.code)
     finally:
         http.stop()
     assert re.search(r"ml/RayService/fruit.*progressing", body, re.S)
+    assert "will be created" in plan
+    assert missing == [404, 404, 404]
