@@ -72,7 +72,7 @@ class Signals:
         self._steps: dict[ObjectKey, set[StepType]] = {}  # step types of the current run
         self.traffic: dict[ObjectKey, deque[tuple[float, int]]] = {}
         self.analyses: dict[ObjectKey, deque[tuple[float, str]]] = {}
-        self._plans: OrderedDict[str, str] = OrderedDict()  # commit -> its plan, as text
+        self._plans: OrderedDict[str, Plan] = OrderedDict()  # commit -> its first plan
 
     def configure(self, snapshot: Snapshot) -> None:
         """The receivers the revision's gitray.yaml names (an invalid one keeps the last)."""
@@ -245,20 +245,24 @@ class Signals:
 
     def planned(self, sha: str, plan: Plan) -> None:
         """Keep the plan of ``sha`` as its first pass made it (what the commit changes), for
-        the status page; the last ``PLANS`` commits'. Sensitive values are digests in plans,
-        shown as ``(sensitive value)``."""
+        the status page; the last ``PLANS`` commits'. Rendered only when asked for (a pass
+        does no work for it). Sensitive values are digests in plans, shown as
+        ``(sensitive value)``."""
         if sha in self._plans:
             return
-        text = render_plan(plan, Format.TEXT)
-        if len(text) > PLAN_CHARS:
-            text = text[:PLAN_CHARS] + f"\n... (cut at {PLAN_CHARS} characters)\n"
-        self._plans[sha] = text
+        self._plans[sha] = plan
         while len(self._plans) > PLANS:
             self._plans.popitem(last=False)
 
     def plan(self, sha: str) -> str | None:
-        """The plan kept for ``sha`` (plain text), if any."""
-        return self._plans.get(sha)
+        """The plan kept for ``sha`` as plain text, if any."""
+        plan = self._plans.get(sha)
+        if plan is None:
+            return None
+        text = render_plan(plan, Format.TEXT)
+        if len(text) > PLAN_CHARS:
+            text = text[:PLAN_CHARS] + f"\n... (cut at {PLAN_CHARS} characters)\n"
+        return text
 
     def page(self, state: DaemonState, leader: bool) -> str:
         """The status page (gitray.daemon.statuspage); ``self.repo`` is redacted."""

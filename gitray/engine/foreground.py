@@ -75,8 +75,7 @@ def run_to_end(plan: Plan, run: Callable[[WorkloadPlan], WorkloadOutcome], worke
             if not fleet.in_flight():
                 break
             key, outcome = _next(ended)
-            if outcome is None:  # (never: ``guarded`` returns one) the run said why itself
-                outcome = WorkloadOutcome(key, Outcome.FAILED, "stopped", 0, 0)
+            assert outcome is not None  # ``guarded`` always returns one
             outcomes[key] = outcome
             if outcome.outcome in _STOPPING:
                 stopped[key] = _STOPPING[outcome.outcome]
