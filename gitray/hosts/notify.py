@@ -7,24 +7,24 @@ file in its notifications directory (``GITRAY_NOTIFY_DIR``, default ``/etc/gitra
 never from Git; so a revision can choose which of the operator's receivers hear what, but
 cannot send a secret anywhere.
 
-Delivery never blocks the caller: ``Notifier.notify`` puts the notice on a bounded queue (a
-full queue drops it, counted) and returns; one background thread posts, retrying a failed
-post with growing pauses without holding back the other deliveries, and gives up after
-``ATTEMPTS``. The same notice for the same receiver is sent once (de-duplication). Logs and
-counters name the receiver, never its URL or token.
+Delivery never blocks the caller: ``Notifier.notify`` puts the notice on the receiver's bounded
+queue (a full queue drops it, counted) and returns. Each receiver has its own queue and
+background thread, so a receiver that is down or hangs (a post waits up to ``TIMEOUT``) holds
+back only its own notices; a failed post is retried with growing pauses before that receiver's
+later notices (each receiver hears its events in order) and given up after ``ATTEMPTS``.
+The same notice for the same receiver is sent once (de-duplication). Logs and counters name
+the receiver, never its URL or token.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_DIR", "Notifier", "Target", "payload", "resolve", "routes"]
 log = logging.getLogger("gitray.notify")
 
 DEFAULT_DIR = "/etc/gitray/notify"
-QUEUE_MAX = 1000  # notices waiting (all receivers); more are dropped
+QUEUE_MAX = 1000  # notices waiting per receiver; more are dropped
 DEDUP_MAX = 4096  # (receiver, notice) pairs remembered as sent
 ATTEMPTS = 5
 FIRST_PAUSE_S, PAUSE_CAP_S = 2.0, 60.0
@@ -114,14 +114,22 @@ def resolve(receiver: Receiver, environ: Mapping[str, str], directory: Path) -> 
     return Target(receiver.name, receiver.type, url, token)
 
 
-@dataclass(order=True)
+@dataclass
 class _Delivery:
     due: float
-    seq: int
     target: Target
     notice: Notice
     attempt: int = 1
     backoff: Backoff | None = None
+
+
+@dataclass
+class _Lane:
+    """One receiver's deliveries, in order, and the thread that posts them."""
+
+    queue: deque[_Delivery] = field(default_factory=deque)
+    busy: bool = False
+    thread: threading.Thread | None = None
 
 
 Counter = Callable[[str, str], None]  # (receiver, result) -> None
@@ -139,12 +147,9 @@ class Notifier:
         self._receivers: tuple[Receiver, ...] = ()
         self._targets: dict[str, Target] = {}
         self._cond = threading.Condition()
-        self._heap: list[_Delivery] = []
-        self._seq = itertools.count()
+        self._lanes: dict[str, _Lane] = {}
         self._sent: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._busy = 0
         self._stopped = False
-        self._thread: threading.Thread | None = None
 
     def configure(self, settings: NotificationSettings) -> None:
         """Use these receivers from now on (kept while they do not change)."""
@@ -175,22 +180,21 @@ class Notifier:
                 if sent_key in self._sent:
                     self._count(receiver.name, "deduplicated")
                     continue
-                if len(self._heap) >= QUEUE_MAX:
+                lane = self._lane(receiver.name)
+                if len(lane.queue) >= QUEUE_MAX:
                     self._count(receiver.name, "dropped")
                     log.warning("notification to %s dropped: %d waiting", receiver.name,
-                                len(self._heap))
+                                len(lane.queue))
                     continue
                 self._remember(sent_key)
-                heapq.heappush(self._heap, _Delivery(time.monotonic(), next(self._seq),
-                                                     target, notice))
-            self._start()
-            self._cond.notify()
+                lane.queue.append(_Delivery(time.monotonic(), target, notice))
+            self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the queue to be empty (a CLI before it exits)."""
+        """Wait up to ``timeout`` s for every queue to be empty (a CLI before it exits)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._heap or self._busy:
+            while any(lane.queue or lane.busy for lane in self._lanes.values()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -207,31 +211,39 @@ class Notifier:
         while len(self._sent) > DEDUP_MAX:
             self._sent.popitem(last=False)
 
-    def _start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gitray-notify",
-                                            daemon=True)
-            self._thread.start()
+    def _lane(self, name: str) -> _Lane:
+        """The receiver's lane, its thread started (``self._cond`` held)."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = _Lane()
+            lane.thread = threading.Thread(target=self._run, args=(lane,),
+                                           name=f"gitray-notify-{name}", daemon=True)
+            lane.thread.start()
+        return lane
 
-    def _run(self) -> None:
+    def _run(self, lane: _Lane) -> None:
         while True:
             with self._cond:
-                while not self._stopped and (not self._heap
-                                             or self._heap[0].due > time.monotonic()):
-                    wait = self._heap[0].due - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
+                while not self._stopped and (not lane.queue
+                                             or lane.queue[0].due > time.monotonic()):
+                    self._cond.wait(lane.queue[0].due - time.monotonic() if lane.queue
+                                    else None)
                 if self._stopped:
                     return
-                delivery = heapq.heappop(self._heap)
-                self._busy += 1
+                delivery = lane.queue.popleft()
+                lane.busy = True
+            again = None
             try:
-                self._deliver(delivery)
+                again = self._deliver(delivery)
             finally:
                 with self._cond:
-                    self._busy -= 1
+                    if again is not None:
+                        lane.queue.appendleft(again)  # retried before the later notices
+                    lane.busy = False
                     self._cond.notify_all()
 
-    def _deliver(self, d: _Delivery) -> None:
+    def _deliver(self, d: _Delivery) -> _Delivery | None:
+        """Post ``d``; the retry to make when it failed and attempts are left."""
         target = d.target
         headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
         try:
@@ -242,18 +254,15 @@ class Notifier:
             problem = redact_secrets(f"{type(e).__name__}: {e}", [target.url, target.token])
         if not problem:
             self._count(target.name, "sent")
-            return
+            return None
         if d.attempt >= ATTEMPTS:
             self._count(target.name, "failed")
             log.error("notification %s to %s failed after %d attempts: %s",
                       d.notice.event.value, target.name, d.attempt, problem)
-            return
+            return None
         backoff = d.backoff or Backoff(FIRST_PAUSE_S, cap=PAUSE_CAP_S, jitter=0.2)
         pause = backoff.next()
         self._count(target.name, "retried")
         log.info("notification %s to %s: %s; retrying in %.0f s", d.notice.event.value,
                  target.name, problem, pause)
-        with self._cond:
-            heapq.heappush(self._heap, _Delivery(time.monotonic() + pause, next(self._seq),
-                                                 target, d.notice, d.attempt + 1, backoff))
-            self._cond.notify()
+        return _Delivery(time.monotonic() + pause, target, d.notice, d.attempt + 1, backoff)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gitray.core.config import NotificationSettings, Receiver, ReceiverType
@@ -213,12 +214,14 @@ def test_resolve_reads_env_and_files_and_never_says_a_value(tmp_path: Path) -> N
 # ---- delivery to a real receiver on 127.0.0.1 ------------------------------------------
 
 class Receiving:
-    """A real HTTP server that records what it gets; answers ``codes`` in turn, then 200."""
+    """A real HTTP server that records what it gets; answers ``codes`` in turn, then 200. A
+    post to ``/hang...`` gets no answer until ``release`` is set (a receiver that hangs)."""
 
     def __init__(self) -> None:
         self.got: list[tuple[str, dict[str, object], str]] = []
         self.codes: list[int] = []
         self.arrived = threading.Condition()
+        self.hanging, self.release = threading.Event(), threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -227,6 +230,9 @@ class Receiving:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.startswith("/hang"):
+                    outer.hanging.set()
+                    outer.release.wait(60)
                 code = outer.codes.pop(0) if outer.codes else 200
                 # recorded before answering: once answered, the sender's next request may be
                 # handled by another thread, which must not record ahead of this one
@@ -254,6 +260,7 @@ class Receiving:
 def receiver() -> Iterator[Receiving]:
     r = Receiving()
     yield r
+    r.release.set()
     r.server.shutdown()
     r.server.server_close()
 
@@ -329,6 +336,40 @@ def test_a_receiver_that_is_down_holds_back_nothing(receiver: Receiving, tmp_pat
     assert counts.count(("up", "sent")) == 3
     assert "failed after 3 attempts" in caplog.text
     assert "secretpath" not in caplog.text and "tok3n" not in caplog.text
+
+
+def test_a_receiver_that_hangs_holds_back_only_itself(receiver: Receiving, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiver that takes the connection and never answers (its post waits for the whole
+    timeout): the other receiver gets every notice meanwhile, in order."""
+    monkeypatch.setattr(notify, "TIMEOUT", httpx.Timeout(60.0, connect=2.0))
+    counts: list[tuple[str, str]] = []
+    notifier = Notifier(lambda r, result: counts.append((r, result)), {}, tmp_path)
+    notifier.configure(NotificationSettings((
+        Receiver("hangs", url=receiver.url + "/hang"), Receiver("up", url=receiver.url + "/up"))))
+    for n in range(3):
+        notifier.notify(notice(n))
+    assert receiver.hanging.wait(10), "the hanging receiver got its first post"
+    up = [b["summary"] for path, b, _ in receiver.wait_for(3) if path == "/up"]
+    assert up == ["step 0", "step 1", "step 2"]
+    assert receiver.release.is_set() is False  # (all while the first post still hangs)
+    assert ("hangs", "sent") not in counts
+    receiver.release.set()
+    assert notifier.flush(30)
+    hung = [b["summary"] for path, b, _ in receiver.got if path == "/hang"]
+    assert hung == ["step 0", "step 1", "step 2"]  # late, but in order
+
+
+def test_a_retried_notice_stays_before_the_later_ones(receiver: Receiving, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "FIRST_PAUSE_S", 0.05)
+    receiver.codes = [503, 503]
+    notifier = Notifier(None, {}, tmp_path)
+    notifier.configure(NotificationSettings((Receiver("generic", url=receiver.url),)))
+    for n in range(3):
+        notifier.notify(notice(n))
+    assert notifier.flush(10)
+    assert [b["summary"] for _, b, _ in receiver.got] == ["step 0", "step 1", "step 2"]
 
 
 def test_unresolvable_receiver_is_off_and_named(tmp_path: Path,
