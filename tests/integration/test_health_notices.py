@@ -1,0 +1,137 @@
+"""Signals after convergence and for a failing RayJob (issue 30), against a real ``gitray sync``,
+real Ray pods and two notification receivers on 127.0.0.1: one that answers and one that
+hangs (it takes the connection and never answers, the hardest way for a receiver to be down).
+
+A RayService converges; then its Serve application is made unhealthy on purpose (the test app's
+``?unhealthy=1``: from then on Serve's health check of its replica fails). The health watch
+(every poll interval once in sync) flips the workload's commit status to failure and notifies
+health-degraded within two poll intervals of Serve reporting it. A later commit adds a RayJob
+whose entrypoint fails: its run fails, and run-failed carries Ray's own message. The answering
+receiver hears every event in order, all while the hanging one still holds its first post.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testenv.helpers import TestEnv, get_text, wait_for
+from testenv.manifests import dump, gitray_config, serve_config
+from testenv.rayservices import HELLO, real_node_rayservice
+from tests.integration.chaos import isolated, start_replica
+from tests.integration.gitops import GitOpsRepo
+from tests.integration.test_daemon import notes
+from tests.integration.test_monitoring import Receiver, _push, receiver  # noqa: F401
+
+INTERVAL_S = 10  # gitray sync --interval: the health watch reads every workload this often
+SVC = "watched"
+
+
+@pytest.fixture
+def hung() -> Iterator[tuple[str, socket.socket]]:
+    """A receiver that is down the hard way: it listens, the kernel takes the connection, and
+    no one ever reads or answers. Its URL and the listening socket (to count connections)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/hook", s
+
+
+def _failing_job(ns: str) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "broken", "namespace": ns},
+            "spec": {"entrypoint": "python -c \"raise SystemExit('no data in /datasets/x')\"",
+                     "shutdownAfterJobFinishes": True,
+                     "rayClusterSpec": real_node_rayservice(ns, workers=0)["spec"][
+                         "rayClusterConfig"]}}
+
+
+def _serve_status(head_ip: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://{head_ip}:8265/api/serve/applications/",
+                                    timeout=5) as r:
+            apps = json.load(r).get("applications") or {}
+    except OSError:
+        return None
+    return str((apps.get("hello") or {}).get("status") or "") or None
+
+
+def test_a_serve_app_gone_bad_and_a_failing_rayjob_are_notified_and_a_hung_receiver_delays_nothing(
+        testenv: TestEnv, namespace: str, tmp_path: Path, remote: tuple[Path, GitOpsRepo],
+        receiver: Receiver, hung: tuple[str, socket.socket]) -> None:  # noqa: F811
+    ns = namespace
+    bare, repo = remote
+    hung_url, _ = hung
+    config = isolated(gitray_config("5s", ns, status={"provider": "git-notes"},
+                                    notifications={"receivers": [
+                                        {"name": "hangs", "url": hung_url},
+                                        {"name": "test", "url": receiver.url}]}), ns)
+    serve = serve_config(HELLO, deployments=[{"name": "Hello", "health_check_period_s": 2,
+                                              "health_check_timeout_s": 5}])
+    first = _push(repo, "a service", {"gitray.yaml": config, "svc.yaml": dump(
+        real_node_rayservice(ns, name=SVC, serve=serve, workers=0))})
+    sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon",
+                         interval=f"{INTERVAL_S}s")
+    context = f"gitray/{ns}/RayService/{SVC}"
+    try:
+        wait_for(lambda: notes(bare, first).get(context, {}).get("state") == "success" or None,
+                 timeout=600, what="the RayService in sync")
+        # (the status says "converged at"; the health watch's next read adds Serve's line)
+        wait_for(lambda: "hello RUNNING" in notes(bare, first)[context]["description"] or None,
+                 timeout=3 * INTERVAL_S, what="the health line of the status")
+        wait_for(lambda: "converged" in receiver.events() or None, timeout=30,
+                 what="the converged notification")
+
+        # the Serve application goes bad after convergence
+        [head] = [p for p in testenv.core.list_namespaced_pod(
+            ns, label_selector="ray.io/node-type=head").items]
+        ip = str(head.status.pod_ip)
+        assert get_text(f"http://{ip}:8000/hello?unhealthy=1") == "unhealthy from now on"
+        wait_for(lambda: _serve_status(ip) == "UNHEALTHY" or None, timeout=120,
+                 what="Serve reporting the application UNHEALTHY")
+        unhealthy_at = time.monotonic()
+        flipped = wait_for(lambda: (notes(bare, first)[context]["state"] == "failure"
+                                    and time.monotonic()) or None,
+                           timeout=6 * INTERVAL_S, what="the commit status flipped")
+        description = notes(bare, first)[context]["description"]
+        assert re.fullmatch(rf"in sync at {first[:7]}: hello UNHEALTHY since \d\d:\d\d UTC",
+                            description), description
+        degraded = wait_for(lambda: [b for b in receiver.got if b["event"] == "health-degraded"]
+                            or None, timeout=30, what="the health-degraded notification")
+        noticed = time.monotonic()
+        print(f"status flipped {flipped - unhealthy_at:.1f} s, notified "
+              f"{noticed - unhealthy_at:.1f} s after Serve said UNHEALTHY "
+              f"(poll interval {INTERVAL_S} s)")
+        assert flipped - unhealthy_at <= 2 * INTERVAL_S, "within two poll intervals"
+        assert noticed - unhealthy_at <= 2 * INTERVAL_S + 5, "notified with the flip"
+        assert degraded[0]["workload"] == {"kind": "RayService", "namespace": ns, "name": SVC}
+        assert "hello UNHEALTHY" in degraded[0]["summary"]
+
+        # a later commit: a RayJob whose entrypoint fails in Ray
+        second = _push(repo, "a broken job", {"job.yaml": dump(_failing_job(ns))})
+        job = f"gitray/{ns}/RayJob/broken"
+        wait_for(lambda: notes(bare, second).get(job, {}).get("state") == "failure" or None,
+                 timeout=600, what="the RayJob's run failed")
+        failed = wait_for(lambda: [b for b in receiver.got if b["event"] == "run-failed"]
+                          or None, timeout=30, what="the run-failed notification")
+        assert failed[0]["workload"] == {"kind": "RayJob", "namespace": ns, "name": "broken"}
+        assert "no data in /datasets/x" in failed[0]["fields"]["reason"], failed[0]
+
+        # every event in order, heard while the hanging receiver still holds its first post
+        events = [(b["revision"], b["event"]) for b in receiver.got]
+        assert events.index((first, "converged")) < events.index((first, "health-degraded")) \
+            < events.index((second, "run-failed")), events
+        assert re.search(r"notification converged to hangs: ReadTimeout.*retrying in",
+                         sync.logs()), "the hanging receiver's posts waited for its timeout"
+        assert hung_url.split("/hook")[0] not in sync.logs()  # (a receiver's URL is never said)
+        assert "Traceback" not in sync.logs()
+    finally:
+        sync.terminate()
