@@ -8,6 +8,10 @@ A RayService converges; then its Serve application is made unhealthy on purpose 
 health-degraded within two poll intervals of Serve reporting it. A later commit adds a RayJob
 whose entrypoint fails: its run fails, and run-failed carries Ray's own message. The answering
 receiver hears every event in order, all while the hanging one still holds its first post.
+
+And a RayCronJob whose first scheduled run fails after convergence: the watch flips its status,
+notifies, and GitrayHealthDegraded fires in a real Prometheus (Debian's ``prometheus``)
+scraping that ``gitray sync`` with ``deploy/monitoring/rules.yaml`` loaded.
 """
 
 from __future__ import annotations
@@ -24,12 +28,18 @@ from typing import Any
 import pytest
 
 from testenv.helpers import TestEnv, get_text, wait_for
-from testenv.manifests import dump, gitray_config, serve_config
+from testenv.manifests import cluster_spec, dump, gitray_config, serve_config
 from testenv.rayservices import HELLO, real_node_rayservice
 from tests.integration.chaos import isolated, start_replica
 from tests.integration.gitops import GitOpsRepo
 from tests.integration.test_daemon import notes
-from tests.integration.test_monitoring import Receiver, _push, receiver  # noqa: F401
+from tests.integration.test_monitoring import (  # noqa: F401
+    MONITORING,
+    Prometheus,
+    Receiver,
+    _push,
+    receiver,
+)
 
 INTERVAL_S = 10  # gitray sync --interval: the health watch reads every workload this often
 SVC = "watched"
@@ -134,4 +144,60 @@ def test_a_serve_app_gone_bad_and_a_failing_rayjob_are_notified_and_a_hung_recei
         assert hung_url.split("/hook")[0] not in sync.logs()  # (a receiver's URL is never said)
         assert "Traceback" not in sync.logs()
     finally:
+        sync.terminate()
+
+
+def _failing_cron(ns: str) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCronJob",
+            "metadata": {"name": "nightly", "namespace": ns},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {
+                "entrypoint": "python -c 'import sys; sys.exit(3)'",
+                "shutdownAfterJobFinishes": True,
+                "rayClusterSpec": cluster_spec(replicas=0, min_replicas=0)}}}
+
+
+def test_a_run_failing_after_convergence_is_watched(
+        testenv: TestEnv, namespace: str, tmp_path: Path, remote: tuple[Path, GitOpsRepo],
+        receiver: Receiver) -> None:  # noqa: F811
+    """A RayCronJob converges (healthy: not run yet); its first scheduled run, a minute later,
+    fails in Ray. The health watch (every poll interval after convergence) flips the
+    workload's commit status to failure, notifies health-degraded, the gauge drops, and
+    GitrayHealthDegraded fires in a real Prometheus."""
+    ns = namespace
+    bare, repo = remote
+    config = isolated(gitray_config("10s", ns, status={"provider": "git-notes"},
+                                    notifications={"receivers": [
+                                        {"name": "test", "url": receiver.url,
+                                         "events": ["health-degraded", "converged"]}]}), ns)
+    sha = _push(repo, "nightly", {"gitray.yaml": config, "cron.yaml": dump(_failing_cron(ns))})
+    sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon", interval="2s")
+    prometheus = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{sync.port}",
+                            MONITORING / "rules.yaml")
+    context = f"gitray/{ns}/RayCronJob/nightly"
+    labels = f'kind="RayCronJob",name="nightly",namespace="{ns}"'
+    try:
+        wait_for(lambda: sync.metric("gitray_workload_healthy", labels) == 1 or None,
+                 timeout=300, what="the RayCronJob in sync and healthy")
+        assert notes(bare, sha)[context]["state"] == "success"
+        degraded = wait_for(lambda: notes(bare, sha)[context]["state"] == "failure" or None,
+                            timeout=300, what="the status flipped by the failed run")
+        assert degraded
+        description = notes(bare, sha)[context]["description"]
+        assert re.fullmatch(rf"in sync at {sha[:7]}: last run .* FAILED.* since "
+                            r"\d\d:\d\d UTC", description), description
+        assert sync.metric("gitray_workload_healthy", labels) == 0
+        wait_for(lambda: "health-degraded" in [b["event"] for b in receiver.got] or None,
+                 timeout=30, what="the health-degraded notification")
+        [notice] = [b for b in receiver.got if b["event"] == "health-degraded"]
+        assert notice["workload"] == {"kind": "RayCronJob", "namespace": ns, "name": "nightly"}
+        assert "FAILED" in notice["summary"]
+
+        def firing() -> list[dict[str, Any]] | None:
+            alerts = prometheus.api("alerts")["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "GitrayHealthDegraded"
+                    and a["state"] == "firing"] or None
+        [alert] = wait_for(firing, timeout=240, what="GitrayHealthDegraded firing (for: 2m)")
+        assert (alert["labels"]["namespace"], alert["labels"]["name"]) == (ns, "nightly")
+    finally:
+        prometheus.stop()
         sync.terminate()

@@ -7,8 +7,8 @@ every dashboard query returns series over the upgrade, and so does every metric 
 expression reads. Meanwhile a notification receiver on 127.0.0.1 gets the upgrade's events, in
 order, and the status page, in a real headless browser (Debian's ``chromium``) at 25 %, 50 %
 and after convergence, shows the traffic share changing (screenshots: $GITRAY_TEST_ARTIFACTS/
-status-page, else the test's tmp dir). And a RayCronJob run that fails after convergence flips
-the workload's commit status, is notified and fires GitrayHealthDegraded (the health watch)."""
+status-page, else the test's tmp dir). (The health watch after convergence, with the
+GitrayHealthDegraded alert, is tests/integration/test_health_notices.py: no Gateway.)"""
 
 from __future__ import annotations
 
@@ -33,12 +33,11 @@ import yaml
 from testenv.gatewayenv import GATEWAY_CLASS
 from testenv.helpers import TestEnv, get_text, wait_for
 from testenv.load import LoadGenerator
-from testenv.manifests import cluster_spec, dump, gitray_config
+from testenv.manifests import dump, gitray_config
 from testenv.procs import free_port
 from testenv.rayservices import incremental_rayservice
 from tests.integration.chaos import Replica, isolated, start_replica
 from tests.integration.gitops import GitOpsRepo
-from tests.integration.test_daemon import notes
 
 pytestmark = pytest.mark.gateway
 
@@ -314,59 +313,3 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
         prometheus.stop()
         sync.terminate()
     print(f"upgrade scraped for {ended - started:.0f} s")
-
-
-def _failing_cron(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "ray.io/v1", "kind": "RayCronJob",
-            "metadata": {"name": "nightly", "namespace": ns},
-            "spec": {"schedule": "* * * * *", "jobTemplate": {
-                "entrypoint": "python -c 'import sys; sys.exit(3)'",
-                "shutdownAfterJobFinishes": True,
-                "rayClusterSpec": cluster_spec(replicas=0, min_replicas=0)}}}
-
-
-def test_a_run_failing_after_convergence_is_watched(
-        testenv: TestEnv, namespace: str, tmp_path: Path, remote: tuple[Path, GitOpsRepo],
-        receiver: Receiver) -> None:
-    """A RayCronJob converges (healthy: not run yet); its first scheduled run, a minute later,
-    fails in Ray. The health watch (every poll interval after convergence) flips the
-    workload's commit status to failure, notifies health-degraded, the gauge drops, and
-    GitrayHealthDegraded fires in a real Prometheus."""
-    ns = namespace
-    bare, repo = remote
-    config = isolated(gitray_config("10s", ns, status={"provider": "git-notes"},
-                                    notifications={"receivers": [
-                                        {"name": "test", "url": receiver.url,
-                                         "events": ["health-degraded", "converged"]}]}), ns)
-    sha = _push(repo, "nightly", {"gitray.yaml": config, "cron.yaml": dump(_failing_cron(ns))})
-    sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon", interval="2s")
-    prometheus = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{sync.port}",
-                            MONITORING / "rules.yaml")
-    context = f"gitray/{ns}/RayCronJob/nightly"
-    labels = f'kind="RayCronJob",name="nightly",namespace="{ns}"'
-    try:
-        wait_for(lambda: sync.metric("gitray_workload_healthy", labels) == 1 or None,
-                 timeout=300, what="the RayCronJob in sync and healthy")
-        assert notes(bare, sha)[context]["state"] == "success"
-        degraded = wait_for(lambda: notes(bare, sha)[context]["state"] == "failure" or None,
-                            timeout=300, what="the status flipped by the failed run")
-        assert degraded
-        description = notes(bare, sha)[context]["description"]
-        assert re.fullmatch(rf"in sync at {sha[:7]}: last run .* FAILED.* since "
-                            r"\d\d:\d\d UTC", description), description
-        assert sync.metric("gitray_workload_healthy", labels) == 0
-        wait_for(lambda: "health-degraded" in [b["event"] for b in receiver.got] or None,
-                 timeout=30, what="the health-degraded notification")
-        [notice] = [b for b in receiver.got if b["event"] == "health-degraded"]
-        assert notice["workload"] == {"kind": "RayCronJob", "namespace": ns, "name": "nightly"}
-        assert "FAILED" in notice["summary"]
-
-        def firing() -> list[dict[str, Any]] | None:
-            alerts = prometheus.api("alerts")["data"]["alerts"]
-            return [a for a in alerts if a["labels"]["alertname"] == "GitrayHealthDegraded"
-                    and a["state"] == "firing"] or None
-        [alert] = wait_for(firing, timeout=240, what="GitrayHealthDegraded firing (for: 2m)")
-        assert (alert["labels"]["namespace"], alert["labels"]["name"]) == (ns, "nightly")
-    finally:
-        prometheus.stop()
-        sync.terminate()
