@@ -12,7 +12,7 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
                                kubelet kube-proxy coredns pause
     <root>/images/             the node's Ray and pause images (docker archives; images.py) and
                                gitray's own image from the Dockerfile (gitray_image.py)
-    <root>/<key>/crds/         KubeRay CRDs (from the ray-operator module)
+    <root>/<key>/crds/         KubeRay CRDs (from the KubeRay source folder, else the module)
     <root>/<key>/kwok-stages/  kwok stage files (from the kwok module)
     <root>/<key>/versions.json versions used, Go version, build times
     <root>/<key>/build.log     full output of every go command
@@ -24,6 +24,11 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
     <root>/traefik-<v>/, <root>/gateway-api-<v>/   Traefik and the Gateway API CRDs, keyed
                                by their own versions (testenv/traefik.py); built last
                                by ``main``, needed only by ``up --gateway``
+
+KubeRay v1.7.0 is built from KubeRay's source folder beside the repository, else the module
+proxy's v1.6.2 (kuberay.py). A component another key of the same cache was built with at the
+same version (a new KubeRay beside the same Kubernetes, etcd, kwok and CoreDNS) is hard-linked
+from there, not rebuilt.
 
 ``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
 """
@@ -39,8 +44,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testenv.timings import note_build
+
+if TYPE_CHECKING:
+    from testenv.kuberay import KubeRaySource
 
 # Preferred version first; later entries are fallbacks used only when the proxy does not serve
 # the earlier ones (probed with `go mod download`). ray-operator v1.7.0 has a .mod but its zip is
@@ -82,6 +91,9 @@ class Layout:
 
     root: Path
     versions: dict[str, str]
+    # the source the operator is built from; None: the module proxy's release (``kuberay_why``)
+    kuberay_source: KubeRaySource | None = None
+    kuberay_why: str = ""
 
     @property
     def key(self) -> str:
@@ -246,11 +258,7 @@ def module_dir(module: str, version: str, cwd: Path) -> Path:
     return Path(info["Dir"])
 
 
-def _extract_files(lay: Layout) -> None:
-    kuberay = module_dir(CANDIDATES["kuberay"][0], lay.versions["kuberay"], lay.root)
-    lay.crds.mkdir(parents=True, exist_ok=True)
-    for crd in sorted((kuberay / "config" / "crd" / "bases").glob("ray.io_*.yaml")):
-        shutil.copyfile(crd, lay.crds / crd.name)  # CRD_NAMES plus e.g. raycronjobs
+def _extract_stages(lay: Layout) -> None:
     kwok = module_dir(CANDIDATES["kwok"][0], lay.versions["kwok"], lay.root)
     lay.stages.mkdir(parents=True, exist_ok=True)
     for stage in KWOK_STAGES:
@@ -270,7 +278,13 @@ def layout(root: Path | None = None, probe_if_needed: bool = True) -> Layout:
     memo = root / f"probe-{_candidates_hash()}.json"
     if not memo.is_file() and not probe_if_needed:
         raise BuildError(f"test environment not built yet (no {memo}); run: scripts/testenv build")
-    return Layout(root=root, versions=probe(root, say=probe_if_needed))
+    versions = probe(root, say=probe_if_needed)
+    from testenv.kuberay import find_source
+
+    source, why = find_source()
+    if source is not None:
+        versions["kuberay"] = source.version
+    return Layout(root=root, versions=versions, kuberay_source=source, kuberay_why=why)
 
 
 def build(root: Path | None = None) -> Layout:
@@ -278,7 +292,7 @@ def build(root: Path | None = None) -> Layout:
     lay = layout(root)
     lay.bin.mkdir(parents=True, exist_ok=True)
     run = _Runner(lay.log)
-    from testenv import debian, gosteps, images
+    from testenv import debian, gosteps, images, kuberay
     from testenv.imagelane import ImageLane
 
     debian.ensure_debian_packages(lay.log)
@@ -295,12 +309,19 @@ def build(root: Path | None = None) -> Layout:
     ]
     image_lane = ImageLane(lay, timings)  # the Ray and gitray images, beside the compiles
     image_lane.start()
+    if lay.kuberay_source is None:
+        print(kuberay.fallback_line(lay), flush=True)
     try:
         for name, outputs, step in steps:
-            module = CANDIDATES[name][0]
-            label = f"{module}@{lay.versions[name]} -> {', '.join(outputs)}"
+            label = kuberay.label(lay, outputs) if name == "kuberay" else \
+                f"{CANDIDATES[name][0]}@{lay.versions[name]} -> {', '.join(outputs)}"
             if all(lay.binary(o).is_file() for o in outputs):
                 print(f"{label}: cached", flush=True)
+                note_build(name, None)
+                continue
+            other = gosteps.link_from_sibling(lay, name, [lay.binary(o) for o in outputs])
+            if other is not None:
+                print(f"{label}: linked from {other.name} (same version)", flush=True)
                 note_build(name, None)
                 continue
             if shutil.which("go") is None:
@@ -311,14 +332,22 @@ def build(root: Path | None = None) -> Layout:
             timings[name] = round(time.monotonic() - t0, 1)
             print(f"{label}: built in {timings[name]:.0f}s", flush=True)
             note_build(name, timings[name])
-        if not all((lay.crds / c).is_file() for c in CRD_NAMES) or not all(
-            (lay.stages / Path(s).name).is_file() for s in KWOK_STAGES
-        ):
-            t0 = time.monotonic()
-            _extract_files(lay)
-            print(f"KubeRay CRDs + kwok stages: extracted in {time.monotonic() - t0:.0f}s")
+        crds = f"KubeRay {lay.versions['kuberay']} CRDs"
+        if all((lay.crds / c).is_file() for c in CRD_NAMES):
+            print(f"{crds}: cached")
         else:
-            print("KubeRay CRDs + kwok stages: cached")
+            t0 = time.monotonic()
+            kuberay.copy_crds(lay)
+            print(f"{crds}: copied in {time.monotonic() - t0:.0f}s")
+        stages = [lay.stages / Path(s).name for s in KWOK_STAGES]
+        if all(p.is_file() for p in stages):
+            print("kwok stages: cached")
+        elif (other := gosteps.link_from_sibling(lay, "kwok", stages)) is not None:
+            print(f"kwok stages: linked from {other.name} (same version)")
+        else:
+            t0 = time.monotonic()
+            _extract_stages(lay)
+            print(f"kwok stages: extracted in {time.monotonic() - t0:.0f}s")
         if not lay.binary("pause").is_file():
             t0 = time.monotonic()
             gosteps.build_pause(lay, run)
@@ -331,10 +360,11 @@ def build(root: Path | None = None) -> Layout:
     finally:
         image_lane.join()  # a failed compile still lets the image finish (the cache keeps it)
     image_lane.finish()
+    modules = {n: {"module": CANDIDATES[n][0], "version": lay.versions[n]} for n in CANDIDATES}
+    if lay.kuberay_source is not None:  # not the module: its source folder
+        modules["kuberay"]["source"] = str(lay.kuberay_source.operator)
     versions = {
-        "modules": {
-            n: {"module": CANDIDATES[n][0], "version": lay.versions[n]} for n in CANDIDATES
-        },
+        "modules": modules,
         "go": recorded.get("go") or _go_version(),
         "build_seconds": timings,
         "binaries": sorted(BINARIES),
@@ -354,7 +384,8 @@ def main(gateway_only: bool = False) -> int:
     try:
         if not gateway_only:
             lay = build()
-            print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
+            print(f"testenv ready in {lay.bin}: KubeRay {lay.versions['kuberay']} "
+                  f"[{time.monotonic() - t0:.0f}s]")
         if not gateway_only:
             from testenv.kustomize import build_kustomize
 

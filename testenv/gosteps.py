@@ -1,10 +1,13 @@
 """The Go builds of the environment's components, each into its version-keyed cache entry
 (stdlib only; ``build.build`` runs them when an output is missing): Kubernetes' commands in one
 ``go build`` with its staging modules pinned, etcd, kwok and KubeRay's operator from throwaway
-modules requiring them, CoreDNS with only the plugins the node uses, the pause binary."""
+modules requiring them (KubeRay's from its source folder when there is one: kuberay.py),
+CoreDNS with only the plugins the node uses, the pause binary. ``link_from_sibling``: a
+component another key of the same cache holds at the same version is linked, not rebuilt."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -13,7 +16,7 @@ from pathlib import Path
 from testenv.build import CANDIDATES, GOSRC, K8S_COMMANDS, BuildError, Layout, _download, _Runner
 
 __all__ = ["build_coredns", "build_etcd", "build_kuberay", "build_kubernetes", "build_kwok",
-           "build_pause"]
+           "build_pause", "link_from_sibling"]
 
 
 def _k8s_gomod(k8s_version: str, cwd: Path) -> str:
@@ -108,9 +111,19 @@ def build_kwok(lay: Layout, run: _Runner) -> None:
 
 
 def build_kuberay(lay: Layout, run: _Runner) -> None:
-    module = CANDIDATES["kuberay"][0]
-    _build_in_module(lay, run, "kuberay", module=module, pkg=module, binary="kuberay-operator",
-                     ldflags="-s -w")
+    """From KubeRay's source folder when there is one (testenv/kuberay.py; built where it is,
+    read-only: its own go.mod and go.sum, the dependencies from the module proxy), else from
+    the module."""
+    source = lay.kuberay_source
+    if source is None:
+        module = CANDIDATES["kuberay"][0]
+        _build_in_module(lay, run, "kuberay", module=module, pkg=module,
+                         binary="kuberay-operator", ldflags="-s -w")
+        return
+    tmp = lay.dir / "tmp-bin-kuberay-operator"
+    run.run(["go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", str(tmp),
+             "."], cwd=source.operator, goflags="-mod=readonly")
+    os.replace(tmp, lay.binary("kuberay-operator"))
 
 
 def build_coredns(lay: Layout, run: _Runner) -> None:
@@ -137,3 +150,33 @@ def build_pause(lay: Layout, run: _Runner) -> None:
     run.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "."], cwd=src)
     os.replace(tmp, lay.binary("pause"))
 
+
+def link_from_sibling(lay: Layout, name: str, outputs: list[Path]) -> Path | None:
+    """Hard-link (else copy) ``outputs`` from another key of the same cache whose versions.json
+    records component ``name`` at the version this key uses (a new KubeRay does not rebuild
+    Kubernetes); returns that key's folder, None when no key has them. Never for KubeRay itself
+    (one version may come from a source folder or from the module)."""
+    if name == "kuberay" or not lay.root.is_dir():
+        return None
+    for other in sorted(lay.root.iterdir()):
+        if other == lay.dir or not (other / "versions.json").is_file():
+            continue
+        try:
+            recorded = json.loads((other / "versions.json").read_text())
+            version = recorded["modules"][name]["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        sources = [other / out.relative_to(lay.dir) for out in outputs]
+        if version != lay.versions[name] or not all(src.is_file() for src in sources):
+            continue
+        for src, out in zip(sources, outputs, strict=True):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(f"{out.name}.link")
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:  # another file system
+                shutil.copy2(src, tmp)
+            os.replace(tmp, out)
+        return other
+    return None
