@@ -1,6 +1,8 @@
 """Build the pinned test-environment binaries from the Go module proxy into a version-keyed cache.
 
 Stdlib only: `scripts/testenv build` runs before any project dependency is installed.
+Its parts: the Go build of each component (gosteps.py), the real node's Debian packages
+(debian.py), the Ray and gitray images built beside the compiles (imagelane.py).
 
 Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
 
@@ -10,7 +12,7 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
                                kubelet kube-proxy coredns pause
     <root>/images/             the node's Ray and pause images (docker archives; images.py) and
                                gitray's own image from the Dockerfile (gitray_image.py)
-    <root>/<key>/crds/         KubeRay CRDs (from the ray-operator module)
+    <root>/<key>/crds/         KubeRay CRDs (from the KubeRay source folder, else the module)
     <root>/<key>/kwok-stages/  kwok stage files (from the kwok module)
     <root>/<key>/versions.json versions used, Go version, build times
     <root>/<key>/build.log     full output of every go command
@@ -23,6 +25,11 @@ Layout of the cache (``$GITRAY_TESTENV_CACHE`` or ``~/.cache/gitray-testenv``)::
                                by their own versions (testenv/traefik.py); built last
                                by ``main``, needed only by ``up --gateway``
 
+KubeRay v1.7.0 is built from KubeRay's source folder beside the repository, else the module
+proxy's v1.6.2 (kuberay.py). A component another key of the same cache was built with at the
+same version (a new KubeRay beside the same Kubernetes, etcd, kwok and CoreDNS) is hard-linked
+from there, not rebuilt.
+
 ``GOFLAGS`` from the environment is passed on (e.g. ``GOFLAGS=-p=1`` on a shared machine).
 """
 
@@ -31,17 +38,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testenv.timings import note_build
+
+if TYPE_CHECKING:
+    from testenv.kuberay import KubeRaySource
 
 # Preferred version first; later entries are fallbacks used only when the proxy does not serve
 # the earlier ones (probed with `go mod download`). ray-operator v1.7.0 has a .mod but its zip is
@@ -58,13 +66,6 @@ CANDIDATES: dict[str, tuple[str, list[str]]] = {
     # by name). Not part of the cache key: its binary is simply built when missing.
     "coredns": ("github.com/coredns/coredns", ["v1.14.7"]),
 }
-
-# The real node's runtime comes from Debian's packages (installed by `build` when missing);
-# prometheus gives the monitoring tests promtool and a real Prometheus (its system service is
-# never started: see ensure_debian_packages), chromium the status page's headless browser.
-DEBIAN_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "debootstrap",
-                   "nftables", "iptables", "prometheus", "chromium"]
-POLICY_RC = Path("/usr/sbin/policy-rc.d")  # exit 101: apt starts no service it installs
 
 K8S_COMMANDS = ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
                 "kubelet", "kube-proxy"]
@@ -90,6 +91,9 @@ class Layout:
 
     root: Path
     versions: dict[str, str]
+    # the source the operator is built from; None: the module proxy's release (``kuberay_why``)
+    kuberay_source: KubeRaySource | None = None
+    kuberay_why: str = ""
 
     @property
     def key(self) -> str:
@@ -254,187 +258,11 @@ def module_dir(module: str, version: str, cwd: Path) -> Path:
     return Path(info["Dir"])
 
 
-def _k8s_gomod(k8s_version: str, cwd: Path) -> str:
-    """Throwaway go.mod requiring k8s.io/kubernetes with its staging replaces pinned to v0.Y.Z."""
-    info = _download("k8s.io/kubernetes", k8s_version, cwd)
-    if "Error" in info:
-        raise BuildError(f"go mod download k8s.io/kubernetes@{k8s_version}: {info['Error']}")
-    upstream = Path(info["GoMod"]).read_text()
-    staging = "v0." + k8s_version.removeprefix("v1.")
-    replaces = re.findall(r"^\s*(k8s\.io/[A-Za-z0-9._/-]+)\s*=>\s*\./staging/", upstream, re.M)
-    if not replaces:
-        raise BuildError("k8s.io/kubernetes go.mod has no staging replace directives?")
-    godebug = re.findall(r"^godebug\b.*$", upstream, re.M)
-    go_line = re.search(r"^go\s+(\S+)", upstream, re.M)
-    lines = ["module local/k8sbuild", "", f"go {go_line.group(1) if go_line else '1.26.0'}", ""]
-    lines += [*godebug, "", f"require k8s.io/kubernetes {k8s_version}", "", "replace ("]
-    lines += [f"\t{m} => {m} {staging}" for m in replaces]
-    lines += [")", ""]
-    return "\n".join(lines)
-
-
-def _version_ldflags(k8s_version: str) -> str:
-    minor = k8s_version.split(".")[1]
-    parts = ["-s", "-w"]
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        parts += [
-            f"-X {pkg}.gitVersion={k8s_version}",
-            f"-X {pkg}.gitMajor=1",
-            f"-X {pkg}.gitMinor={minor}",
-            f"-X {pkg}.gitTreeState=clean",
-        ]
-    return " ".join(parts)
-
-
-def _build_kubernetes(lay: Layout, run: _Runner) -> None:
-    version = lay.versions["kubernetes"]
-    src = lay.dir / "src" / "kubernetes"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "go.mod").write_text(_k8s_gomod(version, src))
-    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in K8S_COMMANDS)
-    (src / "tools.go").write_text(
-        f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
-    )
-    run.run(["go", "mod", "tidy", "-e"], cwd=src)
-    out = lay.dir / "tmp-bin-kubernetes"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    run.run(
-        [
-            "go", "build", "-trimpath", "-tags=selinux,notest",
-            "-ldflags", _version_ldflags(version), "-o", f"{out}/",
-            *[f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS],
-        ],
-        cwd=src,
-    )
-    for c in K8S_COMMANDS:
-        os.replace(out / c, lay.binary(c))
-    shutil.rmtree(out, ignore_errors=True)
-
-
-def _build_in_module(
-    lay: Layout, run: _Runner, name: str, *, module: str, pkg: str, binary: str, ldflags: str
-) -> None:
-    """Throwaway module requiring `module`, then one go build of `pkg` (works with replaces)."""
-    version = lay.versions[name]
-    src = lay.dir / "src" / name
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "go.mod").write_text(f"module local/{name}build\n\ngo 1.26.0\n")
-    (src / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{pkg}"\n')
-    run.run(["go", "get", f"{module}@{version}"], cwd=src)
-    run.run(["go", "mod", "tidy", "-e"], cwd=src)
-    tmp = lay.dir / f"tmp-bin-{binary}"
-    run.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), pkg], cwd=src)
-    os.replace(tmp, lay.binary(binary))
-
-
-def _build_etcd(lay: Layout, run: _Runner) -> None:
-    v = lay.versions["etcd"]
-    _build_in_module(
-        lay, run, "etcd", module=CANDIDATES["etcd"][0], pkg="go.etcd.io/etcd/server/v3",
-        binary="etcd", ldflags=f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-{v}",
-    )
-
-
-def _build_kwok(lay: Layout, run: _Runner) -> None:
-    v = lay.versions["kwok"]
-    _build_in_module(
-        lay, run, "kwok", module=CANDIDATES["kwok"][0], pkg="sigs.k8s.io/kwok/cmd/kwok",
-        binary="kwok",
-        ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={v.removeprefix('v')}",
-    )
-
-
-def _build_kuberay(lay: Layout, run: _Runner) -> None:
-    module = CANDIDATES["kuberay"][0]
-    _build_in_module(lay, run, "kuberay", module=module, pkg=module, binary="kuberay-operator",
-                     ldflags="-s -w")
-
-
-def _build_coredns(lay: Layout, run: _Runner) -> None:
-    """CoreDNS with only the plugins the node uses (testenv/gosrc/coredns/main.go)."""
-    module, version = CANDIDATES["coredns"][0], lay.versions["coredns"]
-    src = lay.dir / "src" / "coredns"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "go.mod").write_text("module local/corednsbuild\n\ngo 1.26.0\n")
-    shutil.copyfile(GOSRC / "coredns" / "main.go", src / "main.go")
-    run.run(["go", "get", f"{module}@{version}"], cwd=src)
-    run.run(["go", "mod", "tidy", "-e"], cwd=src)
-    tmp = lay.dir / "tmp-bin-coredns"
-    ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-{version}"
-    run.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "."], cwd=src)
-    os.replace(tmp, lay.binary("coredns"))
-
-
-def _build_pause(lay: Layout, run: _Runner) -> None:
-    src = lay.dir / "src" / "pause"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "go.mod").write_text("module local/pause\n\ngo 1.26.0\n")
-    shutil.copyfile(GOSRC / "pause" / "main.go", src / "main.go")
-    tmp = lay.dir / "tmp-bin-pause"
-    run.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "."], cwd=src)
-    os.replace(tmp, lay.binary("pause"))
-
-
-def debian_missing() -> list[str]:
-    missing = []
-    for pkg in DEBIAN_PACKAGES:
-        proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True,
-                              text=True, check=False)
-        if "install ok installed" not in proc.stdout:
-            missing.append(pkg)
-    return missing
-
-
-def ensure_debian_packages(log: Path) -> None:
-    """`apt-get install` the node's runtime packages when any is missing (quiet, idempotent)."""
-    missing = debian_missing()
-    if not missing:
-        print(f"Debian packages ({', '.join(DEBIAN_PACKAGES)}): installed", flush=True)
-        note_build("debian-packages", None)
-        return
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise BuildError(f"Debian packages missing: {missing} (need root and apt-get: "
-                         f"apt-get install {' '.join(missing)})")
-    t0 = time.monotonic()
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    policy = not POLICY_RC.exists()  # the tests start what they need themselves
-    if policy:
-        POLICY_RC.write_text("#!/bin/sh\nexit 101\n")
-        POLICY_RC.chmod(0o755)
-    try:
-        with log.open("a") as fh:
-            for args in (["apt-get", "update", "-qq"],
-                         ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                          *missing]):
-                fh.write(f"\n$ {' '.join(args)}\n")
-                fh.flush()
-                proc = subprocess.run(args, stdout=fh, stderr=fh, env=env, check=False)
-                if proc.returncode != 0:
-                    raise BuildError(f"{' '.join(args)} failed ({proc.returncode}); see {log}")
-    finally:
-        if policy:
-            POLICY_RC.unlink(missing_ok=True)
-    print(f"Debian packages {missing}: installed in {time.monotonic() - t0:.0f}s", flush=True)
-    note_build("debian-packages", time.monotonic() - t0)
-
-
-def _extract_files(lay: Layout) -> None:
-    kuberay = module_dir(CANDIDATES["kuberay"][0], lay.versions["kuberay"], lay.root)
-    lay.crds.mkdir(parents=True, exist_ok=True)
-    for crd in sorted((kuberay / "config" / "crd" / "bases").glob("ray.io_*.yaml")):
-        shutil.copyfile(crd, lay.crds / crd.name)  # CRD_NAMES plus e.g. raycronjobs
+def _extract_stages(lay: Layout) -> None:
     kwok = module_dir(CANDIDATES["kwok"][0], lay.versions["kwok"], lay.root)
     lay.stages.mkdir(parents=True, exist_ok=True)
     for stage in KWOK_STAGES:
         shutil.copyfile(kwok / stage, lay.stages / Path(stage).name)
-
-
-def _debian_versions() -> dict[str, str]:
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version}\n", *DEBIAN_PACKAGES],
-                          capture_output=True, text=True, check=False)
-    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
 def _go_version() -> str:
@@ -450,49 +278,13 @@ def layout(root: Path | None = None, probe_if_needed: bool = True) -> Layout:
     memo = root / f"probe-{_candidates_hash()}.json"
     if not memo.is_file() and not probe_if_needed:
         raise BuildError(f"test environment not built yet (no {memo}); run: scripts/testenv build")
-    return Layout(root=root, versions=probe(root, say=probe_if_needed))
+    versions = probe(root, say=probe_if_needed)
+    from testenv.kuberay import find_source
 
-
-class _Lane:
-    """One build step on a thread of its own; its error is raised again by `reraise`."""
-
-    def __init__(self, name: str, work: Callable[[], None]) -> None:
-        self.name, self.started = name, False
-        self.error: BaseException | None = None
-
-        def body() -> None:
-            try:
-                work()
-            except BaseException as exc:  # handed to the main thread
-                self.error = exc
-        self._thread = threading.Thread(target=body, name=f"build-{name}", daemon=True)
-
-    def start(self) -> None:
-        self.started = True
-        self._thread.start()
-
-    def join(self) -> None:
-        if self.started:
-            self._thread.join()
-
-    def reraise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
-def _ray_image(lay: Layout, timings: dict[str, float]) -> None:
-    from testenv import images
-
-    print(f"Ray image {', '.join(images.RAY_TAGS)}: building, beside the compiles (log: "
-          f"{images.ray_work_dir(lay.root)}/build.log) ...", flush=True)
-    t0 = time.monotonic()
-    try:
-        images.build_ray_image(lay.root, say=lambda m: print(m, flush=True))
-    except images.ImageError as exc:
-        raise BuildError(str(exc)) from None
-    timings["ray-image"] = round(time.monotonic() - t0, 1)
-    print(f"Ray image: built in {timings['ray-image']:.0f}s", flush=True)
-    note_build("ray-image", timings["ray-image"])
+    source, why = find_source()
+    if source is not None:
+        versions["kuberay"] = source.version
+    return Layout(root=root, versions=versions, kuberay_source=source, kuberay_why=why)
 
 
 def build(root: Path | None = None) -> Layout:
@@ -500,47 +292,36 @@ def build(root: Path | None = None) -> Layout:
     lay = layout(root)
     lay.bin.mkdir(parents=True, exist_ok=True)
     run = _Runner(lay.log)
-    ensure_debian_packages(lay.log)
+    from testenv import debian, gosteps, images, kuberay
+    from testenv.imagelane import ImageLane
+
+    debian.ensure_debian_packages(lay.log)
     recorded: dict[str, object] = {}
     if lay.versions_file.is_file():
         recorded = json.loads(lay.versions_file.read_text())
     timings: dict[str, float] = dict(recorded.get("build_seconds", {}))  # type: ignore[call-overload]
     steps = [
-        ("etcd", ["etcd"], _build_etcd),
-        ("kwok", ["kwok"], _build_kwok),
-        ("kuberay", ["kuberay-operator"], _build_kuberay),
-        ("kubernetes", K8S_COMMANDS, _build_kubernetes),
-        ("coredns", ["coredns"], _build_coredns),
+        ("etcd", ["etcd"], gosteps.build_etcd),
+        ("kwok", ["kwok"], gosteps.build_kwok),
+        ("kuberay", ["kuberay-operator"], gosteps.build_kuberay),
+        ("kubernetes", K8S_COMMANDS, gosteps.build_kubernetes),
+        ("coredns", ["coredns"], gosteps.build_coredns),
     ]
-    from testenv import gitray_image, images
-
-    # The Ray image and gitray's own (built from the Dockerfile; the in-cluster tests run it)
-    # are mostly downloads and file copies (debootstrap, pip): they are built, one after the
-    # other, on a thread of their own while the Go compiles use the CPUs (docs/testenv.md).
-    ray_cached = images.ray_image_path(lay.root).is_file()
-    gitray_cached = gitray_image.image_archive_path(lay.root).is_file()
-
-    def image_lane() -> None:
-        if not ray_cached:
-            _ray_image(lay, timings)
-        if not gitray_cached:
-            t0 = time.monotonic()
-            try:
-                gitray_image.install_packages(say=lambda m: print(m, flush=True))
-                gitray_image.build_gitray_image(lay.root, say=lambda m: print(m, flush=True))
-            except gitray_image.ImageError as exc:
-                raise BuildError(f"gitray image: {exc}") from None
-            timings["gitray-image"] = round(time.monotonic() - t0, 1)
-            note_build("gitray-image", timings["gitray-image"])
-    ray_lane = _Lane("images", image_lane)
-    if not (ray_cached and gitray_cached):
-        ray_lane.start()
+    image_lane = ImageLane(lay, timings)  # the Ray and gitray images, beside the compiles
+    image_lane.start()
+    if lay.kuberay_source is None:
+        print(kuberay.fallback_line(lay), flush=True)
     try:
         for name, outputs, step in steps:
-            module = CANDIDATES[name][0]
-            label = f"{module}@{lay.versions[name]} -> {', '.join(outputs)}"
+            label = kuberay.label(lay, outputs) if name == "kuberay" else \
+                f"{CANDIDATES[name][0]}@{lay.versions[name]} -> {', '.join(outputs)}"
             if all(lay.binary(o).is_file() for o in outputs):
                 print(f"{label}: cached", flush=True)
+                note_build(name, None)
+                continue
+            other = gosteps.link_from_sibling(lay, name, [lay.binary(o) for o in outputs])
+            if other is not None:
+                print(f"{label}: linked from {other.name} (same version)", flush=True)
                 note_build(name, None)
                 continue
             if shutil.which("go") is None:
@@ -551,17 +332,25 @@ def build(root: Path | None = None) -> Layout:
             timings[name] = round(time.monotonic() - t0, 1)
             print(f"{label}: built in {timings[name]:.0f}s", flush=True)
             note_build(name, timings[name])
-        if not all((lay.crds / c).is_file() for c in CRD_NAMES) or not all(
-            (lay.stages / Path(s).name).is_file() for s in KWOK_STAGES
-        ):
-            t0 = time.monotonic()
-            _extract_files(lay)
-            print(f"KubeRay CRDs + kwok stages: extracted in {time.monotonic() - t0:.0f}s")
+        crds = f"KubeRay {lay.versions['kuberay']} CRDs"
+        if all((lay.crds / c).is_file() for c in CRD_NAMES):
+            print(f"{crds}: cached")
         else:
-            print("KubeRay CRDs + kwok stages: cached")
+            t0 = time.monotonic()
+            kuberay.copy_crds(lay)
+            print(f"{crds}: copied in {time.monotonic() - t0:.0f}s")
+        stages = [lay.stages / Path(s).name for s in KWOK_STAGES]
+        if all(p.is_file() for p in stages):
+            print("kwok stages: cached")
+        elif (other := gosteps.link_from_sibling(lay, "kwok", stages)) is not None:
+            print(f"kwok stages: linked from {other.name} (same version)")
+        else:
+            t0 = time.monotonic()
+            _extract_stages(lay)
+            print(f"kwok stages: extracted in {time.monotonic() - t0:.0f}s")
         if not lay.binary("pause").is_file():
             t0 = time.monotonic()
-            _build_pause(lay, run)
+            gosteps.build_pause(lay, run)
             print(f"pause (testenv/gosrc/pause): built in {time.monotonic() - t0:.0f}s")
         if images.pause_image_path(lay.root).is_file():
             print(f"pause image {images.PAUSE_TAG}: cached")
@@ -569,22 +358,17 @@ def build(root: Path | None = None) -> Layout:
             images.build_pause_image(lay.root, lay.binary("pause"))
             print(f"pause image {images.PAUSE_TAG}: built")
     finally:
-        ray_lane.join()  # a failed compile still lets the image finish (the cache keeps it)
-    if ray_cached:
-        print(f"Ray image {', '.join(images.RAY_TAGS)}: cached")
-        note_build("ray-image", None)
-    if gitray_cached:
-        print(f"gitray image {gitray_image.image_tag()}: cached")
-        note_build("gitray-image", None)
-    ray_lane.reraise()
+        image_lane.join()  # a failed compile still lets the image finish (the cache keeps it)
+    image_lane.finish()
+    modules = {n: {"module": CANDIDATES[n][0], "version": lay.versions[n]} for n in CANDIDATES}
+    if lay.kuberay_source is not None:  # not the module: its source folder
+        modules["kuberay"]["source"] = str(lay.kuberay_source.operator)
     versions = {
-        "modules": {
-            n: {"module": CANDIDATES[n][0], "version": lay.versions[n]} for n in CANDIDATES
-        },
+        "modules": modules,
         "go": recorded.get("go") or _go_version(),
         "build_seconds": timings,
         "binaries": sorted(BINARIES),
-        "debian": _debian_versions(),
+        "debian": debian.debian_versions(),
     }
     lay.versions_file.write_text(json.dumps(versions, indent=2) + "\n")
     if not lay.complete():
@@ -600,7 +384,8 @@ def main(gateway_only: bool = False) -> int:
     try:
         if not gateway_only:
             lay = build()
-            print(f"testenv ready in {lay.bin} [{time.monotonic() - t0:.0f}s]")
+            print(f"testenv ready in {lay.bin}: KubeRay {lay.versions['kuberay']} "
+                  f"[{time.monotonic() - t0:.0f}s]")
         if not gateway_only:
             from testenv.kustomize import build_kustomize
 

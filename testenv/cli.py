@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from testenv import build, control
+from testenv import build, control, kuberay
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
             state = control.up(args.state_dir, say=lambda m: print(m, flush=True),
                                real_node=not args.no_node, node_wait=args.node_wait,
                                gateway=args.gateway)
-            print(f"testenv up in {time.monotonic() - t0:.1f}s (state: {state.dir})")
+            print(f"testenv up in {time.monotonic() - t0:.1f}s (state: {state.dir}), "
+                  f"KubeRay {kuberay.recorded_version(state)}")
             print(f"KUBECONFIG={state.kubeconfig}")
             return 0
         if args.cmd == "down":

@@ -3,7 +3,9 @@
 `up` starts, in order: etcd, kube-apiserver (TLS, openssl-made certs), the KubeRay CRDs,
 kube-controller-manager, kube-scheduler, kwok (+ two fake Nodes with loopback podCIDRs), the
 real node by default (node.py: containerd, kubelet, kube-proxy, CoreDNS; Ray runs in real pods
-there, and kwok's nodes are tainted for scale tests) and the KubeRay operator (out of cluster).
+there, and kwok's nodes are tainted for scale tests) and the KubeRay operator (out of cluster;
+the release the cache was built with: v1.7.0 from ``../shared/kuberay-v1.7.0``, else the module
+proxy's v1.6.2; ``state.json`` records it in the operator's component, ``status`` prints it).
 Without the real node (`--no-node`), the Ray pod runner (`testenv/raypods.py`) runs Ray
 heads on the host for kwok's pods instead. The control plane binds 127.0.0.1 on free ports;
 PIDs, ports and paths go to ``<state-dir>/state.json``. With ``gateway`` (real node only), a
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testenv import build, images, node, procs
+from testenv import build, images, kuberay, node, procs
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_NAMES = ["kwok-node-0", "kwok-node-1"]
@@ -402,7 +404,8 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None],
     state.save()
     done()
 
-    done = step("KubeRay CRDs")
+    release = lay.versions["kuberay"]
+    done = step(f"KubeRay {release} CRDs")
     crds = sorted(str(p) for p in lay.crds.glob("*.yaml"))
     kubectl(state, "apply", "--server-side", *[a for c in crds for a in ("-f", c)])
     names = [f"crd/{Path(c).name.removeprefix('ray.io_').removesuffix('.yaml')}.ray.io"
@@ -463,7 +466,7 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None],
 
         gatewayenv.gateway_up(state, traefik.GatewayLayout(lay.root), starter, step)
 
-    done = step("kuberay-operator")
+    done = step(f"kuberay-operator (KubeRay {release}, {kuberay.origin(lay)})")
     probe_port = procs.free_port()
     # With a real node, KubeRay's own RayService/RayJob controllers reach dashboards through
     # the API server's service proxy (the operator runs on the host, without cluster DNS).
@@ -475,6 +478,9 @@ def _up(state: State, lay: build.Layout, say: Callable[[str], None],
         "--feature-gates=RayCronJob=true"
         + (",RayServiceIncrementalUpgrade=true" if gateway else ""),
     ], [probe_port], env={**os.environ, "KUBECONFIG": kconf})
+    # which KubeRay runs (status, `up`, the tests): keys of the component's own record
+    state.components["kuberay-operator"].update(version=release, origin=kuberay.origin(lay))
+    state.save()
     _wait("kuberay-operator",
           lambda: _http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 90, pid, log)
     done()
@@ -710,6 +716,8 @@ def status(state_dir: Path | None = None) -> tuple[bool, str]:
         return False, f"testenv: not running (no state in {state_dir})"
     lines = [f"testenv state: {state_dir}", f"KUBECONFIG={state.kubeconfig}",
              f"apiserver: {state.apiserver}", f"pod network: {state.pod_network}"]
+    origin = state.components.get("kuberay-operator", {}).get("origin")
+    lines.append(f"KubeRay: {kuberay.recorded_version(state)}" + (f" ({origin})" if origin else ""))
     if state.node:
         lines.append(f"real node: {state.node['name']} {state.node['ip']} (bridge "
                      f"{state.node['bridge']}), pods {state.node['pod_subnet']}, Services "

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testenv import control, procs
+from testenv import control, kuberay, procs
 
 T = TypeVar("T")
 
@@ -187,6 +187,11 @@ class TestEnv:
         """The real node's facts ({"name", "ip", "pod_subnet", "service_cidr", "dns_ip", ...}),
         empty when this environment has none."""
         return dict(self.state.node)
+
+    @property
+    def kuberay_version(self) -> str:
+        """The KubeRay release the environment's operator is, e.g. ``v1.7.0``."""
+        return kuberay.recorded_version(self.state)
 
     def wait_raycluster_ready(self, namespace: str, name: str,
                               timeout: float = 300) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """gitray and the API server agree on the KubeRay v1.7.0 CRDs' CEL rules.
 
 An environment of its own, without the real node (``--no-node``: it runs beside the shared
-one, which serves KubeRay v1.6.2's CRDs and is not touched), gets the v1.7.0 CRDs from
-``../shared/kuberay-v1.7.0`` (server-side apply over the ones it started with). Then:
+one, which is not touched), gets the v1.7.0 CRDs from ``../shared/kuberay-v1.7.0``
+(server-side apply over the ones it started with: the same ones when it runs KubeRay v1.7.0,
+v1.6.2's when it was built without that folder). Then:
 
 - gitray, reading the CRDs that API server serves, names them v1.7.0;
 - every manifest of tests/cel_cases.py that breaks a create-time rule is refused by the API
@@ -128,9 +129,9 @@ def test_both_refuse_an_update_breaking_a_transition_rule(leaf: str, v17env: Tes
                      if leaf == "managedBy" else ("redis", "rocksdb"))
     base = base_manifest("RayCluster", name, NAMESPACE)
     if leaf == "backend":
-        # The environment's operator is KubeRay v1.6.2: writing a cluster back with its own
-        # types, it would drop the v1.7 field (and with no old value, the rule does not
-        # apply). A cluster managed by another controller is left alone.
+        # An environment built without ../shared runs KubeRay v1.6.2: writing a cluster back
+        # with its own types, it would drop the v1.7 field (and with no old value, the rule
+        # does not apply). A cluster managed by another controller is left alone.
         base = set_at(base, ("spec", "managedBy"), "kueue.x-k8s.io/multikueue")
     live = set_at(base, path, before)
     live["metadata"]["labels"] = managed_labels(ObjectKey("RayCluster", NAMESPACE, name),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testenv import build, cli, control, gitray_image, images, node, traefik
+from testenv import build, cli, control, debian, gitray_image, images, node, traefik
 from testenv.traefik import GatewayLayout
 
 VERSIONS = {"kubernetes": "v1.36.3", "etcd": "v3.6.16", "kwok": "v0.8.0", "kuberay": "v1.7.0",
@@ -49,7 +49,7 @@ def steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
         ran.append("environment")
         return environment(root)
     monkeypatch.setenv("GITRAY_TESTENV_CACHE", str(tmp_path))
-    monkeypatch.setattr(build, "ensure_debian_packages", lambda _log: None)
+    monkeypatch.setattr(debian, "ensure_debian_packages", lambda _log: None)
     monkeypatch.setattr(build, "build", build_environment)
     monkeypatch.setattr(traefik, "build_gateway", gateway)
     return ran
