@@ -69,7 +69,7 @@ HANDLED: Mapping[str, str] = {
 }
 
 REFUSED: Mapping[str, str] = {
-    # KubeRay v1.7; not in the pinned CRD (so also an unknown field), refused by name
+    # a field of KubeRay v1.7 (unknown to v1.6.2's CRD), refused by name
     "suspend": "suspending a RayService (KubeRay v1.7) is not supported by gitray; remove "
                "spec.suspend, or remove the RayService from Git to delete its clusters",
 }
