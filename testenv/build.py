@@ -129,16 +129,18 @@ class Layout:
     def binary(self, name: str) -> Path:
         return self.bin / name
 
-    def complete(self) -> bool:
+    def missing(self) -> list[str]:
+        """What a complete environment has and this one lacks (a Ray image is of this
+        checkout's test apps: another checkout's apps need another image)."""
         from testenv import images
 
-        return (
-            all(self.binary(b).is_file() for b in BINARIES)
-            and images.ray_image_path(self.root).is_file()
-            and images.pause_image_path(self.root).is_file()
-            and all((self.crds / c).is_file() for c in CRD_NAMES)
-            and all((self.stages / Path(s).name).is_file() for s in KWOK_STAGES)
-        )
+        wanted = [*(self.binary(b) for b in sorted(BINARIES)), images.ray_image_path(self.root),
+                  images.pause_image_path(self.root), *(self.crds / c for c in CRD_NAMES),
+                  *(self.stages / Path(s).name for s in KWOK_STAGES)]
+        return [str(p.relative_to(self.root)) for p in wanted if not p.is_file()]
+
+    def complete(self) -> bool:
+        return not self.missing()
 
 
 def cache_root() -> Path:
@@ -372,7 +374,8 @@ def build(root: Path | None = None) -> Layout:
     }
     lay.versions_file.write_text(json.dumps(versions, indent=2) + "\n")
     if not lay.complete():
-        raise BuildError(f"build finished but {lay.dir} is incomplete")
+        raise BuildError(f"build finished but {lay.dir} is incomplete: missing "
+                         f"{', '.join(lay.missing()[:5])}")
     return lay
 
 

@@ -277,7 +277,8 @@ def up(state_dir: Path | None = None, say: Callable[[str], None] = print,
     lay = build.layout(probe_if_needed=False)
     if not lay.complete():
         raise EnvError(
-            f"test environment binaries missing in {lay.dir}; run: scripts/testenv build"
+            f"test environment not built (missing in {lay.root}: "
+            f"{', '.join(lay.missing()[:5])}); run: scripts/testenv build"
         )
     if gateway:  # a cache from before Traefik was built: refused here, not half-way up
         from testenv import gatewayenv, traefik

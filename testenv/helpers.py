@@ -368,8 +368,8 @@ def environment(reuse: str | None = None, prefix: str = "gitray-testenv-",
     except build.BuildError as exc:
         raise EnvUnavailable(str(exc)) from None
     if not lay.complete():
-        raise EnvUnavailable(f"test environment not built (incomplete {lay.dir}); "
-                             "run: scripts/testenv build")
+        raise EnvUnavailable(f"test environment not built (missing in {lay.root}: "
+                             f"{', '.join(lay.missing()[:5])}); run: scripts/testenv build")
     if gateway:
         from testenv import gatewayenv, traefik
 

@@ -140,3 +140,16 @@ def test_gateway_tests_fail_naming_the_build_when_it_is_missing(
     with pytest.raises(EnvUnavailable, match="started without the Gateway"), \
             environment(str(reused), real_node=True, gateway=True):
         pass
+
+
+def test_an_incomplete_environment_names_what_it_lacks(tmp_path: Path) -> None:
+    """Another checkout's test apps need their own Ray image: `up` says that image is what is
+    missing (it said "binaries missing", and no binary was)."""
+    from testenv import images
+
+    lay = _complete_core(tmp_path)
+    assert lay.missing() == []
+    image = images.ray_image_path(tmp_path)
+    image.unlink()
+    assert lay.missing() == [str(image.relative_to(tmp_path))]
+    assert not lay.complete()
