@@ -154,15 +154,28 @@ def test_interrupted_it_stops_the_runs_and_returns_only_once_they_stopped() -> N
     plan = Plan("sha", "live", workloads=(wp(RC0, 0), wp(RS1, 1)))
     told = threading.Event()
     ended: list[tuple[ObjectKey, bool]] = []
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main  # (run_to_end's caller)
 
     def waits(w: WorkloadPlan) -> WorkloadOutcome:
-        signal.raise_signal(signal.SIGINT)  # Ctrl-C while it waits (the main thread hears it)
+        # Ctrl-C while it waits. Sent to the main thread, as a terminal's SIGINT reaches a
+        # thread that does not block it: `raise_signal` here targets this worker thread, and
+        # in one lane of a full run (2026-12-05) the main thread never heard it in 30 s.
+        signal.pthread_kill(main, signal.SIGINT)
         was_told = told.wait(30)
         time.sleep(0.1)  # stops at its next progress point
         ended.append((w.key, was_told))
         return WorkloadOutcome(w.key, Outcome.SUCCEEDED, "", 1, 1)
 
-    with pytest.raises(KeyboardInterrupt):
-        run_to_end(plan, waits, workers=1, interrupt=told.set)
+    # Python's own Ctrl-C handler and SIGINT not blocked, whatever an earlier test of this
+    # process left behind
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_to_end(plan, waits, workers=1, interrupt=told.set)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, previous)
     # rc0 was told, and stopped before it returned; rs1 never began
     assert ended == [(RC0, True)]
