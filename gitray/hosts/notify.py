@@ -125,11 +125,10 @@ class _Delivery:
 
 @dataclass
 class _Lane:
-    """One receiver's deliveries, in order, and the thread that posts them."""
+    """One receiver's deliveries, in order (its own thread posts them)."""
 
     queue: deque[_Delivery] = field(default_factory=deque)
     busy: bool = False
-    thread: threading.Thread | None = None
 
 
 Counter = Callable[[str, str], None]  # (receiver, result) -> None
@@ -216,9 +215,8 @@ class Notifier:
         lane = self._lanes.get(name)
         if lane is None:
             lane = self._lanes[name] = _Lane()
-            lane.thread = threading.Thread(target=self._run, args=(lane,),
-                                           name=f"gitray-notify-{name}", daemon=True)
-            lane.thread.start()
+            threading.Thread(target=self._run, args=(lane,), name=f"gitray-notify-{name}",
+                             daemon=True).start()
         return lane
 
     def _run(self, lane: _Lane) -> None:
