@@ -8,10 +8,11 @@ ended or a due drift check starts a pass) and the deletions job (every ``deletio
 
 A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
 (``gitray.engine.fleet``, ``gitray.daemon.dispatch``), so a long wait holds no other workload,
-commit or deletion; a wait parks, holding no worker, and the rechecks job (every second: due
-waits only, one LIST per kind and namespace, ``gitray.daemon.rechecks``) releases it for the
-next pass to resume at its wait step; a commit
-gets its verdict from its workloads' runs (``gitray.daemon.verdicts``). A pass never prunes on
+commit or deletion; a wait parks, holding no worker, and is released for the next pass to
+resume at its wait step by a watch of what it waits on (``gitray.daemon.waitwatch``) or the
+rechecks job (every second: due waits only, one LIST per kind and namespace,
+``gitray.daemon.rechecks``); a commit gets its verdict from its workloads' runs
+(``gitray.daemon.verdicts``). A pass never prunes on
 an invalid revision; a workload whose run failed at a revision is retried there only by
 ``gitray retry``; freeze windows and suspensions hold workloads (``gitray.daemon.holds``). A
 newer commit wanting another spec for a RayService whose upgrade waits (no traffic moved yet)
@@ -58,6 +59,7 @@ from gitray.daemon.signals import Signals
 from gitray.daemon.standby import Revisions, Standby
 from gitray.daemon.state import StateBox
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
+from gitray.daemon.waitwatch import WaitWatches
 from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
 from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
@@ -104,8 +106,10 @@ class Daemon:
                                  self._health)
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor)
+        self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)
         self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released,
-                                 lambda: self.lease.is_leader, stopping=self._stopping.is_set)
+                                 lambda: self.lease.is_leader, stopping=self._stopping.is_set,
+                                 follow=self.wait_watches.follow)
         self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
                            self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
@@ -197,6 +201,7 @@ class Daemon:
             released = self.lease.release()
             log.info("released the Lease" if released else "could not release the Lease")
         self.lease_watch.stop()
+        self.wait_watches.stop()
         self.metrics.leader.set(0)
         self.http.stop()
         self.kube.close()
@@ -279,9 +284,7 @@ class Daemon:
             return
         if time.time() < state.next_deletion:
             return  # no old cluster is due yet: no need to read the cluster
-        cache = self.settings.cache_dir
-        if cache is None:
-            cache = default_cache_dir(self.settings.repo)
+        cache = self.settings.cache_dir or default_cache_dir(self.settings.repo)
         # the newest commit passed (a commit with runs still going on is not "synced" yet, and
         # its retired clusters are due all the same)
         sha = state.attempted if state.attempted and state.attempted != state.refused \

@@ -26,7 +26,7 @@ from gitray.engine.parking import remember
 from gitray.plans.rayjob import TERMINAL_DEPLOYMENT_STATUSES
 from gitray.plans.steptypes import CLUSTER, JOB, StepType
 
-__all__ = ["WATCHED", "Rechecks", "reads", "round_keys", "settled", "to_release"]
+__all__ = ["WATCHED", "Read", "Rechecks", "reads", "round_keys", "settled", "to_release"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -99,13 +99,15 @@ class Rechecks:
     def __init__(self, kube: Any, fleet: Fleet, on_release: Callable[[], None],
                  leading: Callable[[], bool] = lambda: True,
                  monotonic: Callable[[], float] = time.monotonic,
-                 stopping: Callable[[], bool] = lambda: False) -> None:
+                 stopping: Callable[[], bool] = lambda: False,
+                 follow: Callable[[], None] = lambda: None) -> None:
         self.kube = kube
         self.fleet = fleet
         self.on_release = on_release  # a pass is to plan again (it resumes runs)
         self.leading = leading
         self.monotonic = monotonic
         self.stopping = stopping
+        self.follow = follow  # the waits' watches follow what is parked (waitwatch.py)
 
     def job(self) -> None:
         """The daemon's job (every second): a round while this replica leads. Otherwise its
@@ -123,8 +125,10 @@ class Rechecks:
                 log.info("not leading: parked runs left for the leader to resume from their "
                          "records: %s", ", ".join(str(k) for k in sorted(parked)))
                 self.on_release()
+            self.follow()
             return
         self.round()
+        self.follow()
 
     def round(self) -> list[ObjectKey]:
         """One round; returns the workloads released."""

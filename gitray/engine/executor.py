@@ -62,7 +62,7 @@ from gitray.engine.incremental.upgradecontrol import (
     failure_limit,
     promotion_index,
 )
-from gitray.engine.parking import PARKABLE, Parked, parking
+from gitray.engine.parking import PARKABLE, Parked, parking, parks_now
 from gitray.engine.progress import ProgressStore
 from gitray.engine.record import (
     Record,
@@ -311,22 +311,27 @@ class Executor(Undoing):
         except UnknownSensitiveValue as e:
             raise TerminalError(str(e)) from None
 
-        def report(detail: str) -> None:
-            self._emit(StepEvent(wp.key, index + 1, total, step, "progress", detail))
-            if check is not None and (why := check(wp.key, wp.desired_hash)):
-                raise Superseded(why)
-            if parks:  # the wait would block now: it waits parked, holding no worker
-                raise Parked(detail)
-
         pauses = Backoff(RETRY_FIRST_S, factor=2.0, cap=RETRY_CAP_S, jitter=0.5)
         spent = 0.0
         clock = self.actions.clock
         began, carried = clock.monotonic(), budget.spent if budget is not None else 0.0
+
+        def parks_here() -> bool:  # (a brief wait is waited for on its worker at first)
+            return parks and parks_now(step.type, None if budget is None
+                                       else carried + clock.monotonic() - began)
+
+        def report(detail: str) -> None:
+            self._emit(StepEvent(wp.key, index + 1, total, step, "progress", detail))
+            if check is not None and (why := check(wp.key, wp.desired_hash)):
+                raise Superseded(why)
+            if parks_here():  # the wait would block now: it waits parked, holding no worker
+                raise Parked(detail)
+
         while True:
             if STEP_KINDS[step.type].mutates:
                 self.fence.ensure_held()
             try:
-                with parking(parks):
+                with parking(parks_here()):
                     return self.actions.run(wp.key.namespace, acting, report,
                                             spent=carried + clock.monotonic() - began,
                                             steering=steering)
