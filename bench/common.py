@@ -8,6 +8,8 @@ environment's (scripts/testenv), Git is the git command, gitray runs as its own 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -339,6 +341,23 @@ class SyncProc:
             return e.code, e.read().decode()
         except (urllib.error.URLError, OSError):
             return 0, ""
+
+    def push_hook(self, secret: bytes, sha: str, timeout: float = 5) -> int:
+        """Deliver a push webhook as GitHub does (the body signed with ``secret``:
+        ``X-Hub-Signature-256``); the HTTP status (0: not delivered)."""
+        body = json.dumps({"ref": "refs/heads/main", "after": sha}).encode()
+        signature = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/hooks/git", data=body, method="POST",
+            headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
+                     "X-Hub-Signature-256": signature})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except (urllib.error.URLError, OSError):
+            return 0
 
     def metrics(self) -> dict[str, float]:
         code, text = self.get("/metrics")

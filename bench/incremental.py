@@ -10,7 +10,8 @@ and a success rate >= 99 % of at least 20 requests, ``failureLimit`` 2), which K
 
 - **KubeRay**: the RayService applied to the API server; its operator runs with the
   ``RayServiceIncrementalUpgrade`` feature gate (``scripts/testenv up --gateway``).
-- **gitray**: the same manifest in a bare Git remote; ``gitray sync --interval 1s``.
+- **gitray**: the same manifest in a bare Git remote, the push webhook delivered as a Git host
+  sends it; ``gitray sync --interval 1s``.
 
 Versions: ``good`` (v2 answers every request) and ``bad`` (v2 answers every second request of
 its replica with HTTP 500). Requests: 20/s through the Gateway, a new connection each

@@ -2,9 +2,11 @@
 
 - ``KubeRay``: the RayService object is applied to the API server (``kubectl apply``); the
   environment's KubeRay operator (its RayService controller) does the rest.
-- ``Gitray``: the same manifest is committed and pushed to a bare Git remote on disk; one
-  ``gitray sync --interval 1s --deletion-interval 2s --dashboard pod-ip`` process follows it,
-  with git-notes commit statuses, in the same namespace (its Lease too).
+- ``Gitray``: the same manifest is committed and pushed to a bare Git remote on disk, and the
+  push webhook is delivered as a Git host sends it (signed, right after the push returned);
+  one ``gitray sync --interval 1s --deletion-interval 2s --dashboard pod-ip
+  --webhook-secret-file F`` process follows it, with git-notes commit statuses, in the same
+  namespace (its Lease too). The poll (1 s) stays: a webhook lost is a poll late.
 - ``Observer``: a thread sampling, every 0.5 s, the namespace's RayClusters, the serve
   Service's ready endpoints and which cluster's pods they are; times are wall-clock.
 
@@ -226,6 +228,9 @@ class Gitray:
         self.env, self.ns, self.work = env, ns, work
         self.ready_timeout = ready_timeout
         self.remote = Remote.create(work / "git")
+        self.secret = os.urandom(16).hex().encode()
+        self.secret_file = work / "webhook-secret"
+        self.secret_file.write_bytes(self.secret)
         self.sync: SyncProc | None = None
         self.sha = ""
         self._starts = 0
@@ -234,7 +239,8 @@ class Gitray:
         self._starts += 1
         self.sync = start_sync(bench_env(self.env), self.remote.bare, self.work,
                                lease_ns=self.ns, interval="1s",
-                               extra=["--deletion-interval", "2s"],
+                               extra=["--deletion-interval", "2s",
+                                      "--webhook-secret-file", str(self.secret_file)],
                                name=f"sync{self._starts}")
 
     def rollout(self, doc: dict[str, Any]) -> float:
@@ -252,7 +258,10 @@ class Gitray:
 
     def change(self, doc: dict[str, Any], message: str) -> float:
         self.sha = self.remote.commit(message, {"svc.yaml": dump(doc)})
-        return time.time()
+        landed = time.time()  # the push returned: the webhook's delivery counts against gitray
+        if self.sync is not None and self.sync.push_hook(self.secret, self.sha) != 202:
+            raise RuntimeError("gitray sync did not accept the push webhook")
+        return landed
 
     def converged(self) -> bool:
         return self.sync is not None and self.sync.synced() == self.sha

@@ -7,7 +7,8 @@ answer is its ``greeting`` argument), with real requests (10/s, a new connection
 serve Service's ClusterIP throughout (``testenv/load.py``):
 
 - **KubeRay**: the RayService applied to the API server; the operator's RayService controller.
-- **gitray**: the same manifest committed to a bare Git remote; ``gitray sync --interval 1s``.
+- **gitray**: the same manifest committed to a bare Git remote, the push webhook delivered as a
+  Git host sends it (signed, right after the push returned); ``gitray sync --interval 1s``.
 
 Scenarios: ``image`` (blue-green), ``serve`` (Serve config only), ``bad-import``,
 ``unschedulable`` (pending cluster never ready), ``image-serve`` (both at once), ``revert``
