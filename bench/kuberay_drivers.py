@@ -137,6 +137,9 @@ def _wait_serving(env: TestEnv, ns: str, timeout: float) -> None:
     wait_for(lambda: get_text(url, timeout=3), timeout, interval=1, what=f"an answer from {url}")
 
 
+KUBERAY_LEASE = ("kube-system", "ray-operator-leader")  # namespace, name (leader election on)
+
+
 class KubeRay:
     """KubeRay's RayService controller: the RayService is applied to the API server.
 
@@ -197,6 +200,33 @@ class KubeRay:
         os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):  # reap it when this process started it
             os.waitpid(pid, 0)
+
+    def leader_elected(self) -> None:
+        """Restart the operator as KubeRay is deployed by default: leader election on
+        (``DefaultEnableLeaderElection = true``; a Lease ``ray-operator-leader``, in kube-system
+        here, as the operator runs outside the cluster). The test environment runs it without
+        (an API server outage longer than the renew deadline ends an elected operator, and
+        nothing there restarts it); a SIGKILLed operator's successor only waits for the dead
+        one's Lease as deployed. Waits until the new process holds the Lease."""
+        comp = self.env.state.components["kuberay-operator"]
+        args = [str(a) for a in comp["args"]  # type: ignore[attr-defined]
+                if not str(a).startswith(("--enable-leader-election", "--leader-election-"))]
+        self.kill()
+        comp["args"] = [*args, "--enable-leader-election=true",
+                        f"--leader-election-namespace={KUBERAY_LEASE[0]}"]
+        self.restart()
+        pid = str(comp["pid"])
+
+        def holder() -> str | None:
+            try:
+                out = self.env.kubectl("-n", KUBERAY_LEASE[0], "get", "lease", KUBERAY_LEASE[1],
+                                       "-o", "jsonpath={.spec.holderIdentity}")
+            except Exception:  # not there yet
+                return None
+            return out.strip() or None
+        # controller-runtime's identity is <hostname>_<uuid>: any holder after a fresh start
+        # (no Lease before) is this process
+        wait_for(holder, 60, interval=0.5, what=f"kuberay-operator (pid {pid}) holding its Lease")
 
     def restart(self) -> None:
         """Start the operator again with its recorded flags; wait until it is ready."""

@@ -326,6 +326,9 @@ def run_one(env: TestEnv, scenario: str, controller: str, *, hold_cap: float,
     out: dict[str, Any] = {"namespace": ns, "uptime_before": uptime()}
     say(f"  {scenario} / {controller} in {ns}")
     try:
+        if scenario == "kill" and isinstance(ctl, KubeRay):
+            ctl.leader_elected()  # as deployed: its successor waits for the Lease
+            out["kuberay_leader_election"] = True
         out["rollout_s"] = round(ctl.rollout(manifest(ns, workers=workers)), 1)
         obs.start()
         time.sleep(2)

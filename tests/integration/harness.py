@@ -11,10 +11,11 @@ from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
+from gitray.plans.steptypes import StepType
 from testenv.helpers import TestEnv, WaitTimeout, wait_for
 from testenv.load import LoadResult
 
-__all__ = ["all_answered", "load_record", "ray_clusters", "selected_cluster",
+__all__ = ["all_answered", "load_record", "new_cluster", "ray_clusters", "selected_cluster",
            "wait_converged"]
 
 
@@ -44,12 +45,24 @@ def selected_cluster(env: TestEnv, ns: str, service: str) -> str | None:
     return selected
 
 
+def new_cluster(rec: Record) -> str | None:
+    """The cluster ``rec``'s run moves traffic to: the target of its create-cluster step, else of
+    its first step unless that is a deletion (a later run of the same revision that only deletes
+    the old cluster once its deadline passed replaces the upgrade's record)."""
+    steps = rec.plan.steps
+    created = [s.target for s in steps if s.type is StepType.CREATE_CLUSTER]
+    if created:
+        return created[0]
+    return steps[0].target if steps and steps[0].type is not StepType.DELETE_CLUSTER else None
+
+
 def wait_converged(read: Callable[[], Record | None], sha: str,
                    selects: Callable[[str], str | None], services: Sequence[str],
-                   logs: Callable[[], str], timeout: float = 600, interval: float = 0.5
-                   ) -> Record:
+                   logs: Callable[[], str], timeout: float = 600, interval: float = 0.5,
+                   new: str | None = None) -> Record:
     """The run record of ``sha`` once it succeeded and each of ``services`` selects the run's
-    new cluster; fails at once, with ``logs()``, when the run failed."""
+    new cluster (``new`` when the caller knows it: the record may by then be the later run that
+    deleted the old cluster); fails at once, with ``logs()``, when the run failed."""
     def done() -> Record | None:
         rec = read()
         if rec is None or rec.revision != sha:
@@ -58,9 +71,12 @@ def wait_converged(read: Callable[[], Record | None], sha: str,
             raise AssertionError(f"the run failed: {rec.reason}\n{logs()}")
         if rec.state is not RunState.SUCCEEDED:
             return None
-        new = rec.plan.steps[0].target if rec.plan.steps else None
-        if new and any(selects(service) != new for service in services):
-            return None
+        target = new or new_cluster(rec)
+        deleted = {s.target for s in rec.plan.steps if s.type is StepType.DELETE_CLUSTER}
+        for service in services:
+            selected = selects(service)
+            if (target and selected != target) or (not target and selected in deleted):
+                return None
         return rec
     try:
         return wait_for(done, timeout=timeout, interval=interval, what=f"{sha[:7]} converged")
