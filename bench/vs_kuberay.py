@@ -343,6 +343,9 @@ def run_one(env: TestEnv, scenario: str, controller: str, *, hold_cap: float,
             obs.stop()
         new_body = result.pop("new_body", None)
         t0 = result.pop("t0", 0.0)
+        if t0:  # (to read beside the controllers' logs)
+            out["change_at_utc"] = time.strftime("%H:%M:%S", time.gmtime(t0)) + \
+                f".{int(t0 % 1 * 1000):03d}"
         result.pop("converged_at", None)
         if new_body:
             result["all_new_body_s"] = _rel(_all_new_from(lr, t0, new_body), t0)

@@ -30,6 +30,7 @@ from gitray.core.model import ObjectKey, Role
 from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.engine.schemas import cluster_schemas
 from gitray.k8s.client import Kube
+from gitray.k8s.crds import crd_stamp, read_ray_crd_stamp, read_ray_crds
 from gitray.k8s.settings import KubeSettings
 from gitray.parsing.crdschema import CelRule
 from gitray.parsing.kuberay import KubeRaySchemas, packaged
@@ -92,6 +93,22 @@ def test_gitray_reads_the_served_crds_as_v170(served: KubeRaySchemas) -> None:
     assert served.version == "v1.7.0"
     assert served.origin == "served by the cluster"
     assert sum(len(r) for r in served.rules.values()) == 26
+
+
+def test_a_second_read_asks_the_metadata_only_and_converts_nothing(
+        v17env: TestEnv, served: KubeRaySchemas) -> None:
+    kube = Kube.connect(KubeSettings(kubeconfig=v17env.kubeconfig))
+    try:
+        crds, why_not = read_ray_crds(kube)
+        stamp = read_ray_crd_stamp(kube)  # (the API server's PartialObjectMetadata)
+        assert why_not == "" and len(crds) == 4
+        assert stamp == crd_stamp(crds) and all(uid and rv for uid, rv in stamp), stamp
+        before = kube.requests
+        again = cluster_schemas(kube, packaged("v1.6.2"))
+        assert again is served  # the conversion kept, not redone
+        assert kube.requests - before == 4  # four metadata GETs, no whole CRD
+    finally:
+        kube.close()
 
 
 @pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService", "RayCronJob"])
