@@ -94,7 +94,7 @@ def spread_keys(n: int) -> list[ObjectKey]:
     return [ObjectKey(kinds[i % 4], f"team-{i % 37}", f"workload-{i}") for i in range(n)]
 
 
-@pytest.mark.parametrize("shards", [2, 3, 4, 5, 6, 8, 12])
+@pytest.mark.parametrize("shards", range(2, 13))
 def test_ten_thousand_workloads_spread_within_15_percent_of_the_mean(shards: int) -> None:
     counts = Counter(shard_of(k, shards) for k in spread_keys(10_000))
     mean = 10_000 / shards
@@ -593,12 +593,13 @@ def test_replicas_starting_together_balance_six_shards_in_three_rounds(replicas:
 
 @pytest.mark.parametrize(("shards", "replicas"),
                          list(itertools.product([1, 2, 5, 6, 7, 12], [1, 2, 3, 4, 5, 7])))
-def test_every_count_and_replica_number_balances(shards: int, replicas: int) -> None:
+def test_every_count_and_replica_number_balances_in_three_rounds(shards: int,
+                                                                replicas: int) -> None:
     for seed in range(4):
         cluster = Cluster(seed)
         for i in range(replicas):
             cluster.start(f"r{i}", shards)
-        settled(cluster, shards, within=4)
+        settled(cluster, shards, within=3)
 
 
 @pytest.mark.parametrize("release_after", [0, 1, 5])
