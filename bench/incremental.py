@@ -201,6 +201,7 @@ def run_one(env: TestEnv, gateway: dict[str, str], controller: str,
 def run(env: TestEnv, gateway: dict[str, str]) -> dict[str, Any]:
     results: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "options": OPTIONS, "rate": RATE, "runs": {}}
+    OUT.mkdir(parents=True, exist_ok=True)  # (a new GITRAY_BENCH_OUT)
     for version in ("good", "bad"):
         for controller in ("KubeRay", "gitray"):
             results["runs"][f"{version}/{controller}"] = run_one(env, gateway, controller,

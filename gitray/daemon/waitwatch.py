@@ -44,23 +44,22 @@ WATCH_TIMEOUT_S = 60  # server-side end of one watch; the next goes on from the 
 RETRY_S = 2.0  # after a watch failed (the rounds re-check meanwhile)
 
 
+def _waits_on(key: ObjectKey, p: Parked, read: Read, name: str) -> bool:
+    """Whether the parked wait of ``key`` waits on object ``name`` of ``read``. Pure."""
+    step = p.waiting.step
+    return (key.namespace == read[2] and step.target == name
+            and WATCHED.get(step.type) == read[:2])
+
+
 def released_by(parked: Mapping[ObjectKey, Parked], read: Read, event: str,
                 obj: Mapping[str, Any]) -> list[ObjectKey]:
     """The parked waits (not released yet) that ``event`` on ``obj``, seen by the watch of
     ``read``, settles: those waiting on that object, of that kind, in that namespace. Pure."""
-    api, kind, ns = read
     name = str((obj.get("metadata") or {}).get("name") or "")
     seen = None if event == "DELETED" else obj
     return sorted(k for k, p in parked.items()
-                  if not p.released and k.namespace == ns and p.waiting.step.target == name
-                  and WATCHED.get(p.waiting.step.type) == (api, kind)
+                  if not p.released and _waits_on(k, p, read, name)
                   and settled(p.waiting.step.type, seen))
-
-
-def _waited_on(parked: Mapping[ObjectKey, Parked], read: Read, name: str) -> bool:
-    api, kind, ns = read
-    return any(k.namespace == ns and p.waiting.step.target == name
-               and WATCHED.get(p.waiting.step.type) == (api, kind) for k, p in parked.items())
 
 
 class WaitWatches:
@@ -157,7 +156,8 @@ class WaitWatches:
                 objects.pop(name, None)
             else:
                 objects[name] = obj
-        if read[1] == WATCHED[StepType.WAIT_JOB][1] and _waited_on(parked, read, name):
+        if read[:2] == WATCHED[StepType.WAIT_JOB] and any(
+                _waits_on(k, p, read, name) for k, p in parked.items()):
             # a RayJob that KubeRay deletes once its run ends (DeleteSelf): its last state
             # (the deletion event's) carries the final status its run reports
             remember(read[1], read[2], name, obj)

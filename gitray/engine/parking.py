@@ -16,8 +16,7 @@ A wait that usually ends within seconds (``BRIEF``: Serve deploying a config, a 
 starting) is first waited for on its worker, as ``gitray apply`` waits (Serve polled from
 every 0.25 s, the cluster watched), for up to ``PARK_GRACE_S`` from the step's start; only then
 does it park. Parked at once, it would be looked at again only by the first re-check, 2 s
-later, and then through a whole pass: a Serve-only change reaching RUNNING 2.6 s after its
-config was sent was noticed 3.3 s after (benchmark 6 on KubeRay v1.7.0).
+later, and then through a whole pass (a git fetch and a plan).
 
 What a parked wait last saw of its object is kept in memory (``remember``/``recall``; the
 re-check rounds refresh it from their LISTs): a RayJob that KubeRay deletes as soon as its run
