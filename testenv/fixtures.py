@@ -10,8 +10,12 @@ tests take them from here; bench/run, the soak test and test_failover's second e
 - `gateway` (session): Traefik's ``web`` and ``metrics`` URLs in that environment.
 - `kwokenv` (module): an environment of its own without the real node (kwok's nodes and the Ray
   pod runner), stopped after the module.
-- `namespace` / `kwok_namespace` (function): a fresh namespace in one of them, deleted after the
-  test (and, in kwokenv, its runner's Ray heads gone).
+- `apiserver` (session): for tests that need only the API server (Leases, ConfigMaps): the
+  environment of ``$GITRAY_TESTENV_STATE`` (or ``$GITRAY_TESTENV_NODE_STATE``), with or without
+  the real node, never stopped then; otherwise one without the real node of its own, stopped at
+  the session's end (it never waits for the machine's real node).
+- `namespace` / `kwok_namespace` / `api_namespace` (function): a fresh namespace in one of
+  them, deleted after the test (and, in kwokenv, its runner's Ray heads gone).
 
 A missing or broken environment FAILS the test that needs it (never a skip), with or without
 CI=true.
@@ -19,8 +23,9 @@ CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -73,21 +78,40 @@ def kwokenv() -> Iterator[TestEnv]:
         pytest.fail(str(exc))
 
 
-@pytest.fixture
-def namespace(testenv: TestEnv) -> Iterator[str]:
-    name = make_namespace(testenv)
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[TestEnv]:
+    reuse = os.environ.get("GITRAY_TESTENV_STATE") or os.environ.get("GITRAY_TESTENV_NODE_STATE")
+    try:
+        with environment(reuse, prefix="gitray-testenv-api-") as (env, _):
+            yield env
+    except EnvUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@contextlib.contextmanager
+def _fresh_namespace(env: TestEnv, prefix: str, drop: Callable[[str], None]) -> Iterator[str]:
+    name = make_namespace(env, prefix)
     try:
         yield name
     finally:
-        drop_namespace(testenv, name)
+        drop(name)
+
+
+@pytest.fixture
+def api_namespace(apiserver: TestEnv) -> Iterator[str]:
+    with _fresh_namespace(apiserver, "a", apiserver.core.delete_namespace) as name:
+        yield name
+
+
+@pytest.fixture
+def namespace(testenv: TestEnv) -> Iterator[str]:
+    with _fresh_namespace(testenv, "t", lambda name: drop_namespace(testenv, name)) as name:
+        yield name
 
 
 @pytest.fixture
 def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
-    name = make_namespace(kwokenv, "k")
-    try:
-        yield name
-    finally:
+    def drop(name: str) -> None:
         kwokenv.core.delete_namespace(name)
 
         def gone() -> bool:
@@ -95,3 +119,6 @@ def kwok_namespace(kwokenv: TestEnv) -> Iterator[str]:
             return not pods and not [h for h in kwokenv.ray_heads() if h["namespace"] == name]
         # the runner's Ray heads take about 1 GB each: don't let them pile up across tests
         wait_for(gone, timeout=180, what=f"pods and Ray heads of namespace {name} gone")
+
+    with _fresh_namespace(kwokenv, "k", drop) as name:
+        yield name

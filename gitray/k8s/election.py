@@ -28,6 +28,7 @@ __all__ = [
     "lost_because",
     "new_lease_body",
     "next_record",
+    "released_record",
     "renew_is_fresh",
     "retry_delay",
 ]
@@ -36,6 +37,7 @@ DEFAULT_LEASE_NAME = "gitray"
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 _JITTER = 1.2  # client-go's JitterFactor for acquire retries: wait period * [1, 2.2)
 _RETRY_MARGIN = 1.2  # client-go: the renew deadline must exceed 1.2 retry periods
+_RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
 
 def default_identity() -> str:
@@ -151,6 +153,13 @@ def next_record(current: LeaseRecord, identity: str, *, renewing: bool, duration
                            transitions=current.transitions)
     return LeaseRecord(holder=identity, duration_s=duration_s, acquire_time=now_wall,
                        renew_time=now_wall, transitions=current.transitions + 1)
+
+
+def released_record(current: LeaseRecord, now_wall: str) -> LeaseRecord:
+    """The record that hands a Lease over at once (as client-go releases): no holder, a
+    duration of 1 s, the transition count (the epoch) kept."""
+    return LeaseRecord(holder="", duration_s=_RELEASED_DURATION_S, acquire_time=now_wall,
+                       renew_time=now_wall, transitions=current.transitions)
 
 
 def renew_is_fresh(last_renew: float, renew_deadline_s: float, now: float) -> bool:

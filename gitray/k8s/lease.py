@@ -45,16 +45,16 @@ from gitray.k8s.election import (
     lost_because,
     new_lease_body,
     next_record,
+    released_record,
     renew_is_fresh,
     retry_delay,
 )
 
-__all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
+__all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease", "create_lease"]
 
 _KIND = "Lease"
 RENEW_ERROR_MARGIN_S = 0.5
 LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granularity)
-_RELEASED_DURATION_S = 1  # what client-go writes on release, so others take over at once
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,20 @@ def _wall_now() -> str:
 
 
 OnLost = Callable[[str], None]
+
+
+def create_lease(kube: Kube, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Create the Lease ``body``: ConflictError when another process created it first, a
+    ConfigError that says what to do when its namespace does not exist."""
+    namespace = body["metadata"]["namespace"]
+    try:
+        return kube.create(body)
+    except NotFoundError as e:
+        if f'namespaces "{namespace}" not found' not in str(e):
+            raise
+        raise ConfigError(
+            f"the Lease namespace {namespace!r} does not exist: create it (kubectl create "
+            f"namespace {namespace}) or choose another with --lease-namespace") from e
 
 
 def renew_stall(last_error: str, started: float | None, now: float) -> str:
@@ -246,11 +260,7 @@ class Lease:
                 live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
                 if live is None or lost_because(live, self._settings.identity, epoch, uid):
                     return False
-                record = LeaseRecord.from_spec(live.get("spec"))
-                now = _wall_now()
-                released = LeaseRecord(holder="", duration_s=_RELEASED_DURATION_S,
-                                       acquire_time=now, renew_time=now,
-                                       transitions=record.transitions)
+                released = released_record(LeaseRecord.from_spec(live.get("spec")), _wall_now())
                 written = self._kube.replace(lease_body(live, released))
                 with self._lock:
                     self._observed.see(LeaseRecord.from_spec(written.get("spec")), self._clock())
@@ -375,14 +385,7 @@ class Lease:
         now = _wall_now()
         record = LeaseRecord(holder=s.identity, duration_s=s.lease_duration_s,
                              acquire_time=now, renew_time=now, transitions=0)
-        try:  # ConflictError: someone else created it first
-            created = self._kube.create(new_lease_body(s, record))
-        except NotFoundError as e:
-            if f'namespaces "{s.namespace}" not found' not in str(e):
-                raise
-            raise ConfigError(
-                f"the Lease namespace {s.namespace!r} does not exist: create it (kubectl create "
-                f"namespace {s.namespace}) or choose another with --lease-namespace") from e
+        created = create_lease(self._kube, new_lease_body(s, record))
         return self._won(created, t0, renewing=False, term=-1)
 
     def _won(self, written: Mapping[str, Any], t0: float, renewing: bool, term: int) -> bool:

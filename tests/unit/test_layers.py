@@ -55,8 +55,9 @@ TOP_LEVEL = {"__init__", "__main__"}
 PURE = {"plans", "parsing"}
 # the engine's pure modules: judging, deciding and encoding, no I/O
 # (their paths under gitray/engine/, without ``.py``; package ``__init__`` files hold no code)
-PURE_ENGINE = {"deadlines", "fence", "record", "incremental/checks", "incremental/gatewaymetrics",
-               "incremental/servemetrics",
+PURE_ENGINE = {"deadlines", "fence", "record", "shards", "shardview",
+               "incremental/checks",
+               "incremental/gatewaymetrics", "incremental/servemetrics",
                "incremental/upgradecontrol", "gates"}
 FORBIDDEN_MODULES = {
     "kubernetes", "git", "httpx", "subprocess", "socket", "os", "pathlib", "shutil", "time",

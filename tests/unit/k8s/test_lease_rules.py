@@ -20,6 +20,7 @@ from gitray.k8s.election import (
     check_durations,
     default_identity,
     next_record,
+    released_record,
     renew_is_fresh,
     retry_delay,
 )
@@ -128,6 +129,14 @@ def test_a_released_lease_is_free_at_once() -> None:
     seen = Observation(default_duration_s=15)
     seen.see(LeaseRecord(holder="", duration_s=1, transitions=3), now=50.0)
     assert seen.claimable(ME, now=50.0)
+
+
+def test_a_release_clears_the_holder_and_keeps_the_epoch() -> None:
+    held = LeaseRecord(holder=ME, duration_s=15, acquire_time="a", renew_time="r", transitions=4)
+    released = released_record(held, "2026-12-05T07:00:00.000000Z")
+    assert released == LeaseRecord(holder="", duration_s=1, acquire_time=released.renew_time,
+                                   renew_time="2026-12-05T07:00:00.000000Z", transitions=4)
+    assert "holderIdentity" not in released.to_spec()
 
 
 def test_our_own_record_is_always_ours_to_write() -> None:

@@ -1,0 +1,400 @@
+"""The shard keeper: the decisions of :mod:`gitray.engine.shards` carried out on real Leases.
+Does I/O (the API server, through :class:`~gitray.k8s.client.Kube`).
+
+One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops them):
+
+1. one LIST of the instance's Leases by label (:func:`~gitray.engine.shardview.lease_selector`;
+   plus a GET of the unsharded Lease ``<lease>`` while it is not among them: an older release
+   created it without the label), each record noted with an ``Observation`` so a claim lapses
+   its duration after *this* process saw it change (client-go's rule, as in ``election.py``);
+2. this replica's member Lease written (created, or renewed with its count);
+3. the shard Leases it holds renewed; one whose Lease names another holder, moved to another
+   epoch or was deleted is lost;
+4. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
+   epoch ``next_epoch``; a take lost to another replica's compare-and-swap costs a request
+   and the next free shard is tried;
+5. the gate: a shard taken is driven only once a LIST made *after* taking it passes
+   ``may_drive`` (read again at once after a round's takes);
+6. member Leases lapsed for ``forget_after_s`` are deleted.
+
+Every write is a ``replace`` carrying the ``resourceVersion`` listed (compare-and-swap) or a
+``create``; a lost compare-and-swap is not an error, the next round reads again. When the API
+server does not answer, the error is logged once per outage and the round ends; every held
+shard whose renew deadline passes without a successful renew is given up, and
+:meth:`ShardKeeper.shards` never reports one past its deadline, even between rounds (it
+judges by the clock when asked).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gitray.core.errors import ConflictError, GitrayError, NotFoundError
+from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
+from gitray.core.timefmt import utc_timestamp
+from gitray.engine import shards as sharding
+from gitray.engine import shardview
+from gitray.engine.shardview import Changes
+from gitray.k8s import election
+from gitray.k8s.client import Kube
+from gitray.k8s.election import LeaseRecord, LeaseSettings
+from gitray.k8s.lease import create_lease
+
+__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardKeeper"]
+
+FORGET_AFTER_S = 300.0  # a member Lease lapsed this long is deleted (restarts make new ones)
+
+OnChanges = Callable[[Changes], None]
+_API, _KIND = election.LEASE_API_VERSION, "Lease"
+_Obj = dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A shard Lease this replica holds: the epoch and Lease object it took, when its last
+    successful write started (local clock), and whether the gate let it drive."""
+
+    epoch: int
+    uid: str
+    renewed_at: float
+    driving: bool = False
+
+
+def _wall_now() -> str:
+    # MicroTime: written for people and other tools; never read back for decisions.
+    return utc_timestamp(digits=6)
+
+
+def _record_of(obj: Mapping[str, Any]) -> LeaseRecord:
+    return LeaseRecord.from_spec(obj.get("spec"))
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+class ShardKeeper:
+    """The shard Leases of replica ``settings.identity`` of the instance whose Lease name is
+    ``settings.name``, running with ``shards`` shards (thread-safe: one round at a time).
+
+    ``on_changes`` is called from the round that changed what the caller may drive (the same
+    :class:`Changes` the round returns). ``clock`` is the monotonic clock all lapses and
+    deadlines are judged by."""
+
+    def __init__(self, kube: Kube, settings: LeaseSettings, shards: int, *,
+                 forget_after_s: float = FORGET_AFTER_S, on_changes: OnChanges | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        sharding.check_shards(shards)
+        self._kube, self._s, self._count = kube, settings, shards
+        self._forget_after_s, self._on_changes, self._clock = forget_after_s, on_changes, clock
+        self._member = sharding.member_lease_name(settings.name, settings.identity)
+        self._rounds = threading.RLock()  # one round (or release_all) at a time
+        self._lock = threading.Lock()  # guards _held and _told
+        self._held: dict[int, _Held] = {}
+        self._told: dict[int, int] = {}  # what the caller was last told it may drive
+        self._observed: dict[str, election.Observation] = {}
+        self._outage = ""  # the first error of the current outage; "" while the API answers
+        self._foreign: tuple[str, ...] = ()
+        self._closed = False
+        self.decision: sharding.Decision | None = None  # the last round's (display only)
+
+    @property
+    def identity(self) -> str:
+        return self._s.identity
+
+    def shards(self) -> dict[int, int]:
+        """The shards this replica may drive now, each with its epoch: held, let through by
+        the gate, and renewed within the renew deadline by the clock at this call."""
+        now = self._clock()
+        with self._lock:
+            return {s: h.epoch for s, h in sorted(self._held.items())
+                    if h.driving and self._fresh(h, now)}
+
+    def _fresh(self, h: _Held, now: float) -> bool:
+        return election.renew_is_fresh(h.renewed_at, self._s.renew_deadline_s, now)
+
+    def _lease(self, shard: int) -> str:
+        return sharding.shard_lease_name(self._s.name, shard, self._count)
+
+    # ---- rounds ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Rounds every retry period until ``stop`` is set (the held shards are kept: call
+        :meth:`release_all` to hand them over)."""
+        while not stop.is_set():
+            try:
+                self.round()
+            except Exception:  # a bug: say so, and keep renewing what is held
+                log.exception("a round of the shard keeper %s failed", self._s.identity)
+            stop.wait(self._s.retry_period_s)
+
+    def round(self) -> Changes:
+        """One round (see the module docstring); what it changed for the caller."""
+        with self._rounds:
+            if self._closed:
+                return Changes()
+            try:
+                # no request may outlast the renew deadline: it could not save a shard
+                with self._kube.requests_within(min(self._kube.settings.request_timeout_s,
+                                                    self._s.renew_deadline_s)):
+                    self._round()
+                if self._outage:
+                    log.info("the shard Leases of %s can be read and written again (after: %s)",
+                             self._s.identity, self._outage)
+                    self._outage = ""
+            except GitrayError as e:  # a lost compare-and-swap never gets here
+                if not self._outage:
+                    log.warning("the shard Leases of %s: %s; the held shards are kept until "
+                                "their renew deadline", self._s.identity, e)
+                    self._outage = str(e) or type(e).__name__
+            return self._tell()
+
+    def release_all(self) -> Changes:
+        """A planned hand-over (SIGTERM): the member Lease first (the others' fair shares
+        grow at once), then every held shard Lease is released for the others to take in
+        their next round. Later rounds do nothing. Errors are logged: a Lease not released
+        lapses."""
+        with self._rounds:
+            self._closed = True
+            try:
+                self._kube.delete(_API, _KIND, self._s.namespace, self._member)
+            except GitrayError as e:
+                log.warning("could not delete the member Lease %s: %s", self._member, e)
+            with self._lock:
+                held, self._held = self._held, {}
+            for shard, h in sorted(held.items()):
+                self._release(shard, h)
+            return self._tell()
+
+    def _round(self) -> None:
+        listed = self._read()
+        now = self._clock()
+        view = self._view(listed, now)
+        self._check_held(listed)
+        decision = sharding.decide(view, now)
+        self.decision = decision
+        self._renew(listed, skip=decision.release)  # first: what is held matters most
+        self._write_member(listed.get(self._member))
+        if decision.phase is sharding.Phase.SWITCH and decision.count is not None:
+            self._switch(listed.get(sharding.count_lease_name(self._s.name)), decision.count)
+        for shard in decision.release:
+            self._release_held(shard, listed)
+        base = view.count.epoch_base if view.count is not None else 0
+        took = self._take(decision, listed, base) if decision.want else 0
+        if self._waiting():
+            if took:
+                listed = self._read()
+                now = self._clock()
+                view = self._view(listed, now)
+            if sharding.may_drive(view, now):
+                self._let_drive()
+        self._forget(view, listed, now)
+        self._report_foreign(view, now)
+
+    def _tell(self) -> Changes:
+        """Expire what passed its renew deadline; the change since the caller was last told."""
+        now = self._clock()
+        with self._lock:
+            for shard, h in sorted(self._held.items()):
+                if not self._fresh(h, now):
+                    log.warning("gave up shard %d of %d: no renew succeeded within the %g s "
+                                "renew deadline", shard, self._count, self._s.renew_deadline_s)
+                    del self._held[shard]
+        drivable = self.shards()
+        with self._lock:
+            told, self._told = self._told, drivable
+        result = shardview.changes(told, drivable)
+        if result and self._on_changes is not None:
+            self._on_changes(result)
+        return result
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def _read(self) -> dict[str, _Obj]:
+        """The instance's Leases by name: one LIST by label, and the unsharded Lease by name
+        while the LIST does not return it (created unlabelled by an older release)."""
+        items, _ = self._kube.list(_API, _KIND, namespace=self._s.namespace,
+                                   label_selector=shardview.lease_selector(self._s.name))
+        listed = {str(_meta(o).get("name")): o for o in items}
+        if self._s.name not in listed:
+            legacy = self._kube.get_or_none(_API, _KIND, self._s.namespace, self._s.name)
+            if legacy is not None:
+                listed[self._s.name] = legacy
+        return listed
+
+    def _view(self, listed: Mapping[str, _Obj], now: float) -> sharding.View:
+        """Note each record as seen ``now`` (taken after the read returned: a change seen then
+        is never older than that, so a lapse is never judged early); the round's View."""
+        seen = []
+        for name, obj in listed.items():
+            record = _record_of(obj)
+            obs = self._observed.setdefault(name, election.Observation(self._s.lease_duration_s))
+            obs.see(record, now)
+            annotations = dict(_meta(obj).get("annotations") or {})
+            seen.append(shardview.LeaseSeen(name, record.holder, record.transitions,
+                                            obs.lapses_at(), annotations))
+        for gone in set(self._observed) - set(listed):
+            del self._observed[gone]
+        return shardview.view_of(self._s.name, self._s.identity, self._count, seen)
+
+    def _check_held(self, listed: Mapping[str, _Obj]) -> None:
+        with self._lock:
+            held = list(self._held.items())
+        for shard, h in held:
+            live = listed.get(self._lease(shard))
+            problem = ("it was deleted" if live is None
+                       else election.lost_because(live, self._s.identity, h.epoch, h.uid))
+            if problem:
+                log.warning("lost shard %d of %d: %s", shard, self._count, problem)
+                self._drop(shard)
+
+    def _waiting(self) -> bool:
+        with self._lock:
+            return any(not h.driving for h in self._held.values())
+
+    def _let_drive(self) -> None:
+        with self._lock:
+            for shard, h in self._held.items():
+                if not h.driving:
+                    self._held[shard] = replace(h, driving=True)
+
+    def _drop(self, shard: int) -> None:
+        with self._lock:
+            self._held.pop(shard, None)
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def _labels(self, obj: Mapping[str, Any]) -> dict[str, str]:
+        return {**(_meta(obj).get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY,
+                shardview.LABEL_LEASE: shardview.lease_label(self._s.name)}
+
+    def _body(self, live: _Obj | None, name: str, record: LeaseRecord | None,
+              annotations: Mapping[str, str] | None = None) -> _Obj:
+        """``live`` replaced by ``record`` (its resourceVersion: the compare-and-swap), or a
+        new Lease ``name``; labelled for the instance's LIST. No ``record``: an empty spec
+        (the count Lease is never held)."""
+        base = live or {"metadata": {"name": name, "namespace": self._s.namespace}}
+        body = election.lease_body(base, record or LeaseRecord())
+        body["metadata"]["labels"] = self._labels(base)
+        if annotations:
+            body["metadata"]["annotations"] = {**(_meta(base).get("annotations") or {}),
+                                               **annotations}
+        if record is None:
+            body["spec"] = {}
+        return body
+
+    def _write(self, live: _Obj | None, body: _Obj) -> _Obj | None:
+        """Replace ``live`` with ``body`` (or create it); None when another process wrote it
+        first (a lost compare-and-swap: the next round reads again)."""
+        try:
+            if live is None:
+                return create_lease(self._kube, body)
+            return self._kube.replace(body)
+        except ConflictError as e:
+            log.debug("compare-and-swap lost: %s", e)
+            return None
+        except NotFoundError:  # deleted since the LIST
+            return None
+
+    def _record(self, live: _Obj | None, *, renewing: bool, epoch_base: int = 0) -> LeaseRecord:
+        current = _record_of(live) if live is not None else None
+        record = election.next_record(current or LeaseRecord(), self._s.identity,
+                                      renewing=renewing, duration_s=self._s.lease_duration_s,
+                                      now_wall=_wall_now())
+        if renewing:
+            return record
+        before = current.transitions if current is not None else None
+        return replace(record, transitions=sharding.next_epoch(before, epoch_base))
+
+    def _write_member(self, live: _Obj | None) -> None:
+        ours = live is not None and _record_of(live).holder == self._s.identity
+        record = self._record(live, renewing=ours)
+        annotations = {sharding.ANN_SHARDS: str(self._count)}
+        self._write(live, self._body(live, self._member, record, annotations))
+
+    def _renew(self, listed: Mapping[str, _Obj], skip: tuple[int, ...]) -> None:
+        with self._lock:
+            held = sorted(set(self._held) - set(skip))
+        for shard in held:
+            live = listed[self._lease(shard)]
+            t0 = self._clock()  # a renew counts from before its request was sent
+            name = _meta(live)["name"]
+            if self._write(live, self._body(live, name, self._record(live, renewing=True))):
+                with self._lock:
+                    if shard in self._held:
+                        self._held[shard] = replace(self._held[shard], renewed_at=t0)
+
+    def _switch(self, live: _Obj | None, count: sharding.ShardCount) -> None:
+        name = sharding.count_lease_name(self._s.name)
+        if self._write(live, self._body(live, name, None, count.to_annotations())) is not None:
+            log.info("put %d shards in force (epoch base %d) as %s", count.shards,
+                     count.epoch_base, self._s.identity)
+
+    def _take(self, decision: sharding.Decision, listed: Mapping[str, _Obj], base: int) -> int:
+        took = 0
+        for shard in decision.take:
+            if took == decision.want:
+                break
+            name = self._lease(shard)
+            live = listed.get(name)
+            t0 = self._clock()
+            written = self._write(live, self._body(live, name,
+                                                   self._record(live, renewing=False,
+                                                                epoch_base=base)))
+            if written is None:
+                continue
+            epoch = _record_of(written).transitions
+            with self._lock:
+                self._held[shard] = _Held(epoch, str(_meta(written).get("uid", "")), t0)
+            log.info("took shard %d of %d (epoch %d) as %s", shard, self._count, epoch,
+                     self._s.identity)
+            took += 1
+        return took
+
+    def _release_held(self, shard: int, listed: Mapping[str, _Obj]) -> None:
+        with self._lock:
+            h = self._held.pop(shard, None)
+        if h is not None:
+            self._release(shard, h, listed.get(self._lease(shard)))
+
+    def _release(self, shard: int, h: _Held, live: _Obj | None = None) -> None:
+        """Write shard ``shard``'s Lease free, if it still names this replica in epoch
+        ``h.epoch`` (``live``: as listed this round; else read now)."""
+        name = self._lease(shard)
+        try:
+            live = live or self._kube.get_or_none(_API, _KIND, self._s.namespace, name)
+            if live is None or election.lost_because(live, self._s.identity, h.epoch, h.uid):
+                return
+            record = election.released_record(_record_of(live), _wall_now())
+            if self._write(live, self._body(live, name, record)) is not None:
+                log.info("released shard %d of %d (epoch %d)", shard, self._count, h.epoch)
+        except GitrayError as e:
+            log.warning("could not release shard %d of %d (it lapses): %s", shard,
+                        self._count, e)
+
+    def _forget(self, view: sharding.View, listed: Mapping[str, _Obj], now: float) -> None:
+        for identity in sharding.forgotten_members(view, now, self._forget_after_s):
+            name = sharding.member_lease_name(self._s.name, identity)
+            version = str(_meta(listed.get(name) or {}).get("resourceVersion") or "")
+            try:  # only the version read: a Lease renewed since then stays
+                if self._kube.delete(_API, _KIND, self._s.namespace, name,
+                                     resource_version=version or None):
+                    log.info("deleted the member Lease %s of %s (lapsed)", name, identity)
+            except ConflictError:
+                pass
+
+    def _report_foreign(self, view: sharding.View, now: float) -> None:
+        foreign = tuple(f"{c.shard}-of-{c.shards} held by {c.holder}"
+                        for c in sharding.foreign_claims(view, now))
+        if foreign and foreign != self._foreign:
+            log.warning("Leases of another shard count are live while %d shards are in force: "
+                        "%s (an older gitray, or a replica of the old count that woke from a "
+                        "pause)", self._count, ", ".join(foreign))
+        self._foreign = foreign

@@ -1,0 +1,112 @@
+"""The shard Leases as one round of the shard keeper read them, turned into a
+:class:`~gitray.engine.shards.View`; the label that selects them; what changed for the caller
+between two rounds. Pure, no I/O: :mod:`gitray.engine.shardkeeper` reads the Leases and the
+clock and passes in what it saw.
+
+Every member, shard and count Lease of an instance carries the label ``gitray.io/lease:
+<lease>`` (the instance's Lease name), so one label-selected LIST returns them all. The
+unsharded Lease ``<lease>`` (the one shard of ``S = 1``) may have been created by an older
+release without that label; the keeper reads it by name until it writes it itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gitray.engine.shards import (
+    ANN_SHARDS,
+    Claim,
+    Member,
+    ShardCount,
+    View,
+    count_lease_name,
+    member_lease_name,
+    parse_shard_lease_name,
+)
+
+__all__ = [
+    "LABEL_LEASE",
+    "Changes",
+    "LeaseSeen",
+    "changes",
+    "lease_label",
+    "lease_selector",
+    "view_of",
+]
+
+LABEL_LEASE = "gitray.io/lease"  # on the member, shard and count Leases: the instance's Lease
+_LABEL_MAX = 63  # a label value's limit; a Lease name may be longer
+
+
+def lease_label(lease: str) -> str:
+    """The ``gitray.io/lease`` value for the instance's Lease name ``lease``: the name itself
+    when it fits in a label value, else a digest of it (still one value per instance)."""
+    if len(lease) <= _LABEL_MAX:
+        return lease
+    return f"sha256-{hashlib.sha256(lease.encode()).hexdigest()[:32]}"
+
+
+def lease_selector(lease: str) -> str:
+    """The label selector of one LIST returning the instance's member, shard and count Leases."""
+    return f"{LABEL_LEASE}={lease_label(lease)}"
+
+
+@dataclass(frozen=True)
+class LeaseSeen:
+    """One Lease as the keeper read it: its name, holder, ``leaseTransitions`` and annotations,
+    and when its holder's claim lapses on the keeper's own clock (duration after the record was
+    last seen to change)."""
+
+    name: str
+    holder: str
+    epoch: int
+    lapses_at: float
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _member_shards(annotations: Mapping[str, str]) -> int:
+    """The count a member runs with; 0 (no count) when the annotation is missing or garbled."""
+    count = ShardCount.from_annotations({ANN_SHARDS: annotations.get(ANN_SHARDS, "")})
+    return count.shards if count is not None else 0
+
+
+def view_of(lease: str, me: str, shards: int, seen: Iterable[LeaseSeen]) -> View:
+    """What replica ``me`` (running with ``shards``) read, as ``decide`` takes it. Leases of
+    the selection that are none of the instance's (another name, a member Lease whose name is
+    not its holder's, a member with no holder) are left out; so is a count Lease without a
+    valid count (as if it did not exist)."""
+    members: list[Member] = []
+    claims: list[Claim] = []
+    count: ShardCount | None = None
+    for s in sorted(seen, key=lambda s: s.name):
+        parsed = parse_shard_lease_name(lease, s.name)
+        if s.name == count_lease_name(lease):
+            count = ShardCount.from_annotations(s.annotations)
+        elif parsed is not None:
+            claims.append(Claim(parsed[0], parsed[1], s.holder, s.lapses_at, s.epoch))
+        elif s.holder and s.name == member_lease_name(lease, s.holder):
+            members.append(Member(s.holder, _member_shards(s.annotations), s.lapses_at))
+    return View(me, shards, count, tuple(members), tuple(claims))
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a round changed for the caller: shards it may now drive (with their epochs) and
+    shards it must stop driving (lost, lapsed, or released). A shard lost and taken again in
+    another epoch is in both."""
+
+    gained: Mapping[int, int] = field(default_factory=dict)
+    lost: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.gained or self.lost)
+
+
+def changes(before: Mapping[int, int], after: Mapping[int, int]) -> Changes:
+    """The change from the shards (shard -> epoch) the caller was told of to those it may
+    drive now."""
+    gained = {s: e for s, e in sorted(after.items()) if before.get(s) != e}
+    lost = tuple(sorted(s for s, e in before.items() if after.get(s) != e))
+    return Changes(gained, lost)
