@@ -30,6 +30,7 @@ from gitray.engine.deadlines import step_timeout
 from gitray.engine.fence import Fence
 from gitray.engine.incremental.probes import HttpProbe
 from gitray.engine.incremental.traffic import TRAFFIC_STEPS, Steering, Traffic
+from gitray.engine.ownership import labelled
 from gitray.engine.parking import recall, remember
 from gitray.engine.servesteps import Report, ServeSteps
 from gitray.k8s.client import Kube
@@ -63,14 +64,16 @@ def cluster_ready(cluster: Mapping[str, Any]) -> bool:
 
 class Actions:
     def __init__(self, kube: Kube, resolver: Resolver, fence: Fence,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, labels: Mapping[str, str] | None = None) -> None:
         self.kube = kube
+        # added to every object created or applied (a sharded daemon: gitray.io/shard)
+        self.labels = dict(labels or {})
         self.resolver = resolver
         # checked before a write made inside a wait step (the executor fences every mutating
         # step up front, but a wait step is not one)
         self.fence = fence
         self.clock = clock or Clock()
-        self.traffic = Traffic(kube, resolver, self.clock, HttpProbe(resolver))
+        self.traffic = Traffic(kube, resolver, self.clock, HttpProbe(resolver), self.labels)
         self.serve = ServeSteps(kube, resolver, fence, self.clock)
         self._handlers: dict[StepType, Callable[[str, Step, Report], str]] = {
             StepType.CREATE_CLUSTER: self._create_cluster,
@@ -115,6 +118,7 @@ class Actions:
         return Deadline(seconds, self.clock)
 
     def _create(self, manifest: Mapping[str, Any]) -> str:
+        manifest = labelled(manifest, self.labels)
         kind, meta = manifest["kind"], manifest["metadata"]
         ns, name = meta["namespace"], meta["name"]
         existing = self.kube.get_or_none(manifest["apiVersion"], kind, ns, name)
@@ -166,7 +170,7 @@ class Actions:
             for group in manifest["spec"].get("workerGroupSpecs") or []:
                 if replicas.get(group.get("groupName")) is not None:
                     group["replicas"] = replicas[group["groupName"]]
-        self.kube.apply(manifest)
+        self.kube.apply(labelled(manifest, self.labels))
         return f"applied RayCluster {step.target}"
 
     def _wait_cluster_ready(self, ns: str, step: Step, report: Report, deadline: Deadline) -> str:
@@ -255,7 +259,7 @@ class Actions:
                                     "another name or remove that Service")
             return self._point(ns, step.target, manifest["spec"]["selector"])
         if p.server_side_apply:  # spec.serveService: later changes are applied
-            self.kube.apply(manifest)
+            self.kube.apply(labelled(manifest, self.labels))
             return f"created Service {step.target}"
         return self._create(manifest)
 
@@ -349,7 +353,7 @@ class Actions:
         if p.gate_serve:  # a per-cluster serve Service (incremental upgrade)
             n = self.serve.gate_serve_pods(ns, p.gate_serve, report, manifest["spec"]["selector"])
             report(f"{n} pod(s) with a healthy Serve proxy")
-        self.kube.apply(manifest)
+        self.kube.apply(labelled(manifest, self.labels))
         return f"applied {manifest['kind']} {step.target}"
 
     def _delete_object(self, ns: str, step: Step, report: Report) -> str:

@@ -70,11 +70,17 @@ class RecordReader:
 
 
 class ProgressStore(RecordReader):
-    """The fenced writer of ``instance``'s run records (reads as :class:`RecordReader`)."""
+    """The fenced writer of ``instance``'s run records (reads as :class:`RecordReader`).
 
-    def __init__(self, kube: Kube, namespace: str, instance: str, fence: Fence) -> None:
+    ``fence`` is the Lease of the workloads written: the one Lease when unsharded, else the
+    Lease of their shard ``shard`` (``2-of-6``), which every record begun or resumed here
+    names beside its epoch."""
+
+    def __init__(self, kube: Kube, namespace: str, instance: str, fence: Fence,
+                 shard: str = "") -> None:
         super().__init__(kube, namespace, instance)
         self._fence = fence
+        self._shard = shard
 
     # ---- writes -------------------------------------------------------------------------
 
@@ -83,7 +89,7 @@ class ProgressStore(RecordReader):
         unless a newer epoch wrote it. Call before the plan's first mutation."""
         record = Record(key=wp.key, revision=revision, desired_hash=wp.desired_hash, plan=wp,
                         cursor=0, steps=(), state=RunState.RUNNING, reason="", epoch=epoch,
-                        updated_at="")
+                        updated_at="", shard=self._shard)
         return self._take_over(record)
 
     def resume(self, record: Record, epoch: int) -> Record:
@@ -92,7 +98,7 @@ class ProgressStore(RecordReader):
         if record.state is not RunState.RUNNING:
             raise ValueError(f"{record.key}: cannot resume a run that is {record.state}")
         self._refuse_newer(record, epoch)
-        return self._write(replace(record, epoch=epoch))
+        return self._write(replace(record, epoch=epoch, shard=self._shard))
 
     def start(self, record: Record, start: StepStart) -> Record:
         """Store when the step at the cursor began. Call before the step runs. A step that

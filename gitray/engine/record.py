@@ -26,6 +26,7 @@ from gitray.core.model import (
     stable_hash,
 )
 from gitray.core.timefmt import utc_timestamp
+from gitray.engine.shards import LABEL_SHARD
 from gitray.plans.plan import FORMAT_VERSION as PLAN_FORMAT_VERSION
 from gitray.plans.plan import Plan, WorkloadPlan, plan_from_json, plan_to_json
 
@@ -165,6 +166,9 @@ class Record:
     analysis_failures: tuple[str, ...] = ()
     # RayJob runs started for this workload (kept across its later plans)
     runs: tuple[RunOutcome, ...] = ()
+    # the shard whose holder wrote it ("2-of-6", gitray.engine.shards.shard_label; "" when
+    # unsharded): ``epoch`` is that shard Lease's
+    shard: str = ""
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -214,6 +218,8 @@ def record_to_json(record: Record) -> dict[str, Any]:
         data["analysisFailures"] = list(record.analysis_failures)
     if record.runs:
         data["runs"] = [{"name": r.name, "outcome": r.outcome} for r in record.runs]
+    if record.shard:  # absent when unsharded: the document stays as it was before sharding
+        data["shard"] = record.shard
     return data
 
 
@@ -244,6 +250,7 @@ def record_from_json(data: Mapping[str, Any], resource_version: str = "") -> Rec
         analysis_failures=tuple(str(f) for f in data.get("analysisFailures") or ()),
         runs=tuple(RunOutcome(str(r["name"]), str(r["outcome"]))
                    for r in data.get("runs") or ()),
+        shard=str(data.get("shard", "")),
         resource_version=resource_version,
     )
 
@@ -313,6 +320,8 @@ def configmap_of(record: Record, namespace: str, instance: str,
                    LABEL_ROLE: ROLE_PROGRESS},
         "annotations": {ANN_PROGRESS_FOR: str(record.key)},
     }
+    if record.shard:  # (for LISTs of one shard's records)
+        metadata["labels"][LABEL_SHARD] = record.shard
     if resource_version:
         metadata["resourceVersion"] = resource_version
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gitray.core.errors import ConflictError, GitrayError, NotFoundError
+from gitray.core.errors import ConflictError, GitrayError, LeaseLostError, NotFoundError
 from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
 from gitray.core.timefmt import utc_timestamp
 from gitray.engine import shards as sharding
@@ -45,7 +45,7 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseRecord, LeaseSettings
 from gitray.k8s.lease import create_lease
 
-__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardKeeper"]
+__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardFence", "ShardKeeper"]
 
 FORGET_AFTER_S = 300.0  # a member Lease lapsed this long is deleted (restarts make new ones)
 
@@ -116,6 +116,34 @@ class ShardKeeper:
         with self._lock:
             return {s: h.epoch for s, h in sorted(self._held.items())
                     if h.driving and self._fresh(h, now)}
+
+    def fence(self, shard: int) -> ShardFence:
+        """The fence of ``shard``'s workloads, in the epoch this replica drives it in now (-1,
+        refused at once, when it does not)."""
+        return ShardFence(self, shard, self.shards().get(shard, -1))
+
+    def ensure_held(self, shard: int, epoch: int) -> None:
+        """Return only if this replica still drives ``shard`` in ``epoch``, by the clock now
+        and by a read of its Lease; else :class:`LeaseLostError` (a Lease found lost is
+        dropped). The fence of every mutation of the shard's workloads."""
+        self._check_local(shard, epoch)
+        live = self._kube.get_or_none(_API, _KIND, self._s.namespace, self._lease(shard))
+        with self._lock:
+            h = self._held.get(shard)
+        problem = "it was deleted" if live is None else election.lost_because(
+            live, self._s.identity, epoch, h.uid if h is not None else "")
+        if problem:
+            if h is not None and h.epoch == epoch:
+                log.warning("lost shard %d of %d: %s", shard, self._count, problem)
+                self._drop(shard)
+            raise LeaseLostError(f"shard {shard} of {self._count} lost: {problem}; this "
+                                 f"replica (epoch {epoch}) stops mutating its workloads")
+        self._check_local(shard, epoch)
+
+    def _check_local(self, shard: int, epoch: int) -> None:
+        if self.shards().get(shard) != epoch:
+            raise LeaseLostError(f"shard {shard} of {self._count} is no longer driven by this "
+                                 f"replica in epoch {epoch}; stop mutating its workloads")
 
     def _fresh(self, h: _Held, now: float) -> bool:
         return election.renew_is_fresh(h.renewed_at, self._s.renew_deadline_s, now)
@@ -398,3 +426,16 @@ class ShardKeeper:
                         "%s (an older gitray, or a replica of the old count that woke from a "
                         "pause)", self._count, ", ".join(foreign))
         self._foreign = foreign
+
+
+@dataclass(frozen=True)
+class ShardFence:
+    """A :class:`~gitray.engine.fence.Fence` of one shard's workloads: their run records and
+    mutations go on only while the keeper drives ``shard`` in ``epoch``."""
+
+    keeper: ShardKeeper
+    shard: int
+    epoch: int
+
+    def ensure_held(self) -> None:
+        self.keeper.ensure_held(self.shard, self.epoch)

@@ -7,9 +7,11 @@
       ├── lease      Lease on its own short-timeout client (renews must not queue behind
       │              slow requests), with client-go's durations
       ├── lease_watch()  a LeaseWatch on a client of its own (for standbys)
+      ├── shard_keeper(S)  the shard Leases instead (gitray sync --shards S, S > 1)
       ├── resolver   how Ray dashboards are reached (and the Ray token)
-      ├── progress(config)                  ProgressStore: run records, fenced by the lease
-      └── executor(config, progress, reporter)
+      ├── progress(config[, fence, shard])  ProgressStore: run records, fenced by the lease
+      │                                     (or by a shard's Lease: gitray sync --shards)
+      └── executor(config, progress, reporter[, fence, labels])
                      Executor(Actions(kube, resolver, fence=lease), fence=lease, ...,
                               SignalStore: promote/abort signals next to the run records)
 """
@@ -17,6 +19,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gitray.core.config import Config, DashboardMode
@@ -24,9 +27,11 @@ from gitray.core.errors import Interrupted
 from gitray.core.waits import Clock
 from gitray.engine.actions import Actions
 from gitray.engine.executor import Executor, Reporter, SupersedeCheck
+from gitray.engine.fence import Fence
 from gitray.engine.incremental.signals import SignalStore
 from gitray.engine.parking import would_block
 from gitray.engine.progress import ProgressStore
+from gitray.engine.shardkeeper import ShardKeeper
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from gitray.k8s.lease import Lease
@@ -62,7 +67,8 @@ class Wiring:
     def __init__(self, kube: Kube, settings: ExecSettings) -> None:
         self.kube = kube
         self.settings = settings
-        lease_kube = Kube(kube.api_client, KubeSettings(request_timeout_s=LEASE_REQUEST_TIMEOUT_S))
+        self._lease_kube = lease_kube = Kube(
+            kube.api_client, KubeSettings(request_timeout_s=LEASE_REQUEST_TIMEOUT_S))
         self.lease = Lease(lease_kube, LeaseSettings(
             namespace=settings.lease_namespace, name=settings.lease_name,
             identity=settings.identity, lease_duration_s=settings.lease_duration_s,
@@ -89,17 +95,28 @@ class Wiring:
         return LeaseWatch(Kube(self.kube.api_client, self.kube.settings),
                           self.lease.settings, on_change)
 
-    def progress(self, config: Config) -> ProgressStore:
-        """The run records of ``config``'s gitray instance, fenced by the Lease."""
+    def shard_keeper(self, shards: int) -> ShardKeeper:
+        """The keeper of this replica's shard Leases (``gitray sync --shards``), on the
+        Lease's short-timeout client, with its name, identity and durations."""
+        return ShardKeeper(self._lease_kube, self.lease.settings, shards)
+
+    def progress(self, config: Config, fence: Fence | None = None,
+                 shard: str = "") -> ProgressStore:
+        """The run records of ``config``'s gitray instance, fenced by the Lease (``fence``: a
+        shard's Lease, its records naming ``shard``)."""
         return ProgressStore(self.kube, self.settings.lease_namespace, config.instance,
-                             self.lease)
+                             fence or self.lease, shard)
 
     def executor(self, config: Config, progress: ProgressStore, reporter: Reporter,
                  sensitive: SensitiveValues, superseded: SupersedeCheck | None = None,
-                 park: bool = False) -> Executor:
+                 park: bool = False, fence: Fence | None = None,
+                 labels: Mapping[str, str] | None = None) -> Executor:
         """``sensitive``: the values the plan refers to by digest, from the revision applied;
-        ``park``: waits park instead of holding their worker (``gitray.engine.parking``)."""
-        return Executor(Actions(self.kube, self.resolver, self.lease, self.clock), self.lease,
+        ``park``: waits park instead of holding their worker (``gitray.engine.parking``);
+        ``fence``: a shard's Lease instead of the one Lease, ``labels`` added to what its
+        steps create (``gitray.io/shard``)."""
+        fence = fence or self.lease
+        return Executor(Actions(self.kube, self.resolver, fence, self.clock, labels), fence,
                         config, progress, reporter,
                         SignalStore(self.kube, self.settings.lease_namespace), superseded,
                         sensitive, park)

@@ -55,7 +55,7 @@ TOP_LEVEL = {"__init__", "__main__"}
 PURE = {"plans", "parsing"}
 # the engine's pure modules: judging, deciding and encoding, no I/O
 # (their paths under gitray/engine/, without ``.py``; package ``__init__`` files hold no code)
-PURE_ENGINE = {"deadlines", "fence", "record", "shards", "shardview",
+PURE_ENGINE = {"deadlines", "fence", "ownership", "record", "shards", "shardview",
                "incremental/checks",
                "incremental/gatewaymetrics", "incremental/servemetrics",
                "incremental/upgradecontrol", "gates"}

@@ -45,6 +45,7 @@ from gitray.engine.incremental.probes import HttpProbe, probe_traffic
 from gitray.engine.incremental.servemetrics import NAMES as SERVE_NAMES
 from gitray.engine.incremental.servemetrics import merge, served
 from gitray.engine.incremental.upgradecontrol import Control
+from gitray.engine.ownership import labelled
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Step
 from gitray.plans.rayservice.bluegreen import AFTER_SWITCH
@@ -82,8 +83,10 @@ class Steering(Protocol):
 
 
 class Traffic:
-    def __init__(self, kube: Kube, resolver: Resolver, clock: Clock, probe: HttpProbe) -> None:
+    def __init__(self, kube: Kube, resolver: Resolver, clock: Clock, probe: HttpProbe,
+                 labels: Mapping[str, str] | None = None) -> None:
         self.kube = kube
+        self.labels = dict(labels or {})  # added to the HTTPRoute applied (gitray.io/shard)
         self.resolver = resolver
         self.clock = clock
         self.probe = probe
@@ -122,7 +125,7 @@ class Traffic:
         live = self.kube.get_or_none(GATEWAY_API_VERSION, "HTTPRoute", ns, name)
         if live is not None and route_refs(live) == route_refs(manifest):
             return f"HTTPRoute {name} already sends {split}"
-        applied = self.kube.apply(manifest)
+        applied = self.kube.apply(labelled(manifest, self.labels))
         generation = (applied.get("metadata") or {}).get("generation")
         verdict = self._route_verdict(ns, name, generation, report)
         return f"HTTPRoute {name}: {split}{verdict}"
