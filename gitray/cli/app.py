@@ -132,6 +132,9 @@ def _sync_parser(sub: Any) -> None:
                     help="how often due deletions of old clusters are checked [15s]")
     sy.add_argument("--workers", type=_at_least_one, default=env("GITRAY_WORKERS", "8"),
                     metavar="N", help="workloads whose runs go on at the same time [8]")
+    sy.add_argument("--shards", type=_shard_count, default=env("GITRAY_SHARDS", "1"),
+                    metavar="S", help="shard the workloads over the replicas, each shard on a "
+                                      "Lease of its own (docs/sharding.md) [1: one leader]")
     sy.add_argument("--http-address", default=env("GITRAY_HTTP_ADDRESS", "0.0.0.0:8080"),
                     help="HOST:PORT for /healthz, /readyz, /metrics, /hooks/git")
     sy.add_argument("--webhook-secret-file", default=env("GITRAY_WEBHOOK_SECRET_FILE"),
@@ -187,6 +190,20 @@ def exec_args(cmd: argparse.ArgumentParser) -> None:
 def _at_least_one(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"a whole number of at least 1 expected, got {text!r}")
+    return int(text)
+
+
+def _shard_count(text: str) -> int:
+    from gitray.core.errors import ConfigError
+    from gitray.engine.shards import MAX_SHARDS, check_shards  # (pure; only for gitray sync)
+
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_SHARDS} expected, "
+                                         f"got {text!r}")
+    try:
+        check_shards(int(text))
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return int(text)
 
 

@@ -422,7 +422,7 @@ def _cmd_sync(args: argparse.Namespace) -> int:
         deletion_interval_s=_seconds(args.deletion_interval, "--deletion-interval"),
         http_host=host or "0.0.0.0", http_port=int(port),
         webhook_secret=secret.encode() if secret else None, overrides=overrides,
-        kube=_kube_settings(args), workers=args.workers,
+        kube=_kube_settings(args), workers=args.workers, shards=args.shards,
         cache_dir=default_cache_dir(args.repo, Path(args.cache_dir)) if args.cache_dir else None,
         status_token=token_from("GITRAY_STATUS_TOKEN", args.status_token_file),
         allowed_signers=Path(args.allowed_signers) if args.allowed_signers else None)

@@ -1,8 +1,8 @@
 """``gitray sync``: follow a branch, apply each new commit, heal drift, clean up. I/O.
 
 Every replica serves HTTP (/healthz, /readyz, /metrics, /hooks/git) and contends for the
-Lease (``gitray.daemon.leadership``; a standby watches it and keeps warm:
-``gitray.daemon.standby``); only the holder fetches and executes. apscheduler runs the poll
+Lease (``gitray.daemon.owners``, ``gitray.daemon.leadership``; a standby watches it and keeps
+warm: ``gitray.daemon.standby``); only the holder fetches and executes. apscheduler runs the poll
 job (every ``interval``: git fetch; a new commit, a due retry, a changed control, a run that
 ended or a due drift check starts a pass) and the deletions job (every ``deletion_interval``).
 
@@ -18,13 +18,15 @@ an invalid revision; a workload whose run failed at a revision is retried there 
 newer commit wanting another spec for a RayService whose upgrade waits (no traffic moved yet)
 ends that run (``gitray.daemon.newer``). SIGTERM interrupts the runs, leaves their records
 "running" for the next leader, and releases the Lease.
+
+With ``--shards S`` (S > 1) the Lease is one per shard (``gitray.daemon.owners``): a replica
+drives the workloads of the shards it holds (``gitray.engine.ownership``), each shard's runs
+fenced by its own Lease and epoch, and leaves the others to their holders.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -49,9 +51,10 @@ from gitray.daemon.dispatch import Dispatcher
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.holds import Holds
 from gitray.daemon.http import HttpEndpoints, Probes
-from gitray.daemon.leadership import Leadership
+from gitray.daemon.lifecycle import STOP_GRACE_S, run_until_signalled
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.newer import NewerCommit, Source
+from gitray.daemon.owners import owned_desired, owner_for
 from gitray.daemon.rechecks import Rechecks
 from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
@@ -65,7 +68,9 @@ from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight
 from gitray.engine.health import health_by_workload
+from gitray.engine.ownership import owned, owned_plan, posts_overall, shard_labels
 from gitray.engine.record import RunState
+from gitray.engine.shards import shard_label
 from gitray.engine.wiring import Wiring
 from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch
@@ -78,8 +83,6 @@ __all__ = ["Daemon", "PostStatus"]
 
 log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
-STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
-
 # (sha, workload or None for the overall context, state, description) -> None
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
 
@@ -89,7 +92,7 @@ class Daemon:
         self.settings = settings
         self.metrics = Metrics()
         self.statuses = StatusBridge(settings, self.metrics)
-        self.post_status: PostStatus = self.statuses.post
+        self.post_status: PostStatus = self._post_status
         self.signals = Signals(self.metrics, settings.overrides, redact_url(settings.repo))
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
@@ -105,29 +108,31 @@ class Daemon:
         self.verdicts = Verdicts(self.post_status, self.metrics, self.signals, self.state,
                                  self._health)
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
-        self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.owner = owner_for(settings.shards, self.wiring, self.scheduler, self.metrics,
+                               self.fleet, self._stopping, self.trigger_poll, self._api_problem)
+        self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor,
+                                   lambda key: self.owner.ownership().shard(key))
         self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)
         self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released,
-                                 lambda: self.lease.is_leader, stopping=self._stopping.is_set,
+                                 self.owner.leading, stopping=self._stopping.is_set,
                                  follow=self.wait_watches.follow)
         self.holds = Holds(self.kube, settings.execution.lease_namespace, self.post_status,
                            self.state)
         self.metrics.in_flight.set_function(lambda: len(self.fleet.in_flight()))
+        self.metrics.shards_held.set_function(lambda: len(self.owner.ownership().held))
         self.health_job = HealthJob(  # health watched after convergence
             HealthWatch(self.signals, self.post_status), self.state, self.revisions, self._lock,
-            lambda: self.lease.is_leader and not self._stopping.is_set(), self._health,
-            lambda snap: desired_from(snap, settings.overrides, self.revisions.memo, self.kube))
-        self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.leadership = Leadership(self.lease, self.scheduler,
-                                     settings.execution.retry_period_s, self.metrics,
-                                     self._stopping, self.trigger_poll, self._api_problem)
-        self.lease_watch = self.wiring.lease_watch(self.leadership.changed)
+            lambda: self.owner.leading() and not self._stopping.is_set(), self._health,
+            lambda snap: owned_desired(desired_from(
+                snap, settings.overrides, self.revisions.memo, self.kube),
+                self.owner.ownership()))
         self.http = HttpEndpoints(
             (settings.http_host, settings.http_port),
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,
-                   leader=lambda: self.lease.is_leader, detail=self._detail),
+                   leader=self.owner.leading, detail=self._detail),
             self.metrics, self.trigger_poll, settings.webhook_secret,
-            page=lambda: self.signals.page(self.state.current, self.lease.is_leader),
+            page=lambda: self.signals.page(self.state.current, self.owner.leading()),
             plan=self.signals.plan)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -144,42 +149,19 @@ class Daemon:
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.health_job, "interval", seconds=self.settings.interval_s,
                                id="health", max_instances=1, coalesce=True)
-        self.scheduler.add_job(self.leadership.attempt, "interval",
+        self.scheduler.add_job(self.owner.attempt, "interval",
                                seconds=self.settings.execution.retry_period_s, id="lease",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
-        self.lease_watch.start()
+        self.owner.start()
         self.state.update(ready=True)
         log.info("gitray sync started", extra={"repo": redact_url(self.settings.repo),
                                                "identity": self.settings.execution.identity,
                                                "http_port": self.http.port})
 
     def run_forever(self) -> int:
-        """Run until SIGTERM/SIGINT, then hand over gracefully."""
-        done = threading.Event()
-
-        def stop(signum: int, _frame: object) -> None:
-            log.info("signal %s: handing over", signal.Signals(signum).name)
-            done.set()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        self.start()
-        # Wake up regularly: a signal may be delivered to any thread, and CPython runs the
-        # Python handler only when the main thread returns to the interpreter. An untimed
-        # wait here could leave SIGTERM unhandled for good.
-        while not done.wait(0.5):
-            pass
-        # Hand over within a bound: run records are durable and the next leader resumes, so
-        # a shutdown stuck behind a slow request must not outlive the Pod's grace period.
-        stopper = threading.Thread(target=self.stop, name="gitray-stop", daemon=True)
-        stopper.start()
-        stopper.join(STOP_GRACE_S)
-        if stopper.is_alive():
-            log.error("shutdown took longer than %.0f s; exiting anyway", STOP_GRACE_S)
-            logging.shutdown()
-            os._exit(1)
-        return 0
+        """Run until SIGTERM/SIGINT, then hand over gracefully (within a bound)."""
+        return run_until_signalled(self.start, self.stop)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -196,11 +178,7 @@ class Daemon:
             log.warning("runs still stopping: %s", ", ".join(
                 str(k) for k in self.fleet.in_flight()))
         self.fleet.shutdown()
-        self.lease.stop_renewing()
-        if self.lease.is_leader:  # first: a standby waits for this
-            released = self.lease.release()
-            log.info("released the Lease" if released else "could not release the Lease")
-        self.lease_watch.stop()
+        self.owner.release()  # the Lease, or every shard held (first: the others wait for it)
         self.wait_watches.stop()
         self.metrics.leader.set(0)
         self.http.stop()
@@ -219,17 +197,25 @@ class Daemon:
 
     def _detail(self) -> dict[str, object]:
         s = self.state.current
+        own = self.owner.ownership()
         return {"synced": s.synced, "fetched": s.fetched, "git": s.git_problem or "ok",
-                "api": s.api_problem or "ok", "inFlight": self.fleet.detail()}
+                "api": s.api_problem or "ok", "inFlight": self.fleet.detail(),
+                **({"shards": own.describe()} if own.sharded else {})}
+
+    def _post_status(self, sha: str, key: ObjectKey | None, state: str, text: str) -> None:
+        """A replica of a sharded instance speaks for its own workloads, not for the commit
+        (``posts_overall``)."""
+        if key is not None or posts_overall(state, self.settings.shards):
+            self.statuses.post(sha, key, state, text)
 
     # ---- jobs ---------------------------------------------------------------------------
 
     def _poll_job(self) -> None:
         if self._stopping.is_set():
             return
-        if not self.lease.is_leader:
+        if not self.owner.leading():
             self.standby.prepare()
-            if not self.lease.is_leader:  # (it may have become leader meanwhile: poll now)
+            if not self.owner.leading():  # (it may have become leader meanwhile: poll now)
                 return
         self.statuses.flush()
         self.metrics.polls.inc()
@@ -280,7 +266,7 @@ class Daemon:
 
     def _deletion_job(self) -> None:
         state = self.state.current
-        if self._stopping.is_set() or not self.lease.is_leader or not state.synced:
+        if self._stopping.is_set() or not self.owner.leading() or not state.synced:
             return
         if time.time() < state.next_deletion:
             return  # no old cluster is due yet: no need to read the cluster
@@ -358,10 +344,12 @@ class Daemon:
                 for warning in desired.result.warnings:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
                                 warning.message)
-            progress = self.wiring.progress(desired.config)
-            records = progress.list()  # the runs gitray started are a planning input too
+            own = self.owner.ownership()  # (sharded: only the held shards' workloads below)
+            # the runs gitray started are a planning input too
+            records = owned(self.wiring.progress(desired.config).list(), own)
             # refused against live state too (a cluster change under upgradeStrategy None)
             plan, next_deletion = live_plan(self.kube, desired, records=records)
+            plan = owned_plan(plan, own)
             self.signals.planned(sha, plan)  # (the first pass of a commit: what it changes)
         except ValidationError as e:
             self.state.update(refused=sha)
@@ -395,7 +383,7 @@ class Daemon:
             # sync": its failure status stands (e.g. for a new leader polling that commit)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \
                     and not in_flight and not paused:
-                self.verdicts.converged(sha, desired)
+                self.verdicts.converged(sha, owned_desired(desired, own))
             return []
         return self.dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,
                              self._newer_commit(sha, snapshot), newest)
@@ -429,19 +417,26 @@ class Daemon:
             log.info("health for the commit statuses not read: %s", e)
             return {}
 
-    def _executor(self, sha: str, desired: Desired, superseded: SupersedeCheck) -> Executor:
-        """An executor whose runs report to ``sha`` and park at their waits."""
-        return self.wiring.executor(desired.config, self.wiring.progress(desired.config),
-                                    self._reporter(sha), desired.sensitive,
-                                    superseded=superseded, park=True)
+    def _executor(self, sha: str, desired: Desired, superseded: SupersedeCheck, shard: int
+                  ) -> Executor:
+        """An executor of ``shard``'s workloads (fenced by its Lease) whose runs report to
+        ``sha`` and park at their waits."""
+        fence, count = self.owner.fence(shard), self.settings.shards
+        progress = self.wiring.progress(desired.config, fence,
+                                        shard_label(shard, count) if count > 1 else "")
+        return self.wiring.executor(desired.config, progress, self._reporter(sha),
+                                    desired.sensitive, superseded=superseded, park=True,
+                                    fence=fence, labels=shard_labels(shard, count))
 
     def _reporter(self, sha: str) -> Callable[[StepEvent], None]:
         inner = self.signals.reporter(sha, step_reporter(sha, self.post_status, self.metrics,
                                                          self.events, self._stopping))
 
         def report(event: StepEvent) -> None:
-            if not self.lease.is_leader:  # a run stops at its next progress point, not only
-                raise LeaseLostError("the Lease was lost")  # at its next mutation
+            if not self.owner.ownership().owns(event.key):  # a run stops at its next progress
+                raise LeaseLostError(  # point, not only at its next mutation
+                    "the Lease was lost" if self.settings.shards == 1
+                    else f"the shard of {event.key} was lost")
             if event.phase == "start" and not self.fleet.stepped(
                     event.key, f"{event.index}/{event.total} {event.step.type.value} "
                     f"{event.step.target}"):

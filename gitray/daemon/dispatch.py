@@ -31,8 +31,9 @@ __all__ = ["Dispatcher", "newer_than_run"]
 log = logging.getLogger("gitray.sync")
 
 PostStatus = Callable[[str, ObjectKey | None, str, str], None]
-# (commit whose statuses the run posts, desired state, supersede check) -> an executor
-ExecutorFor = Callable[[str, Desired, SupersedeCheck], Executor]
+# (commit whose statuses the run posts, desired state, supersede check, shard of the
+# workloads it runs) -> an executor
+ExecutorFor = Callable[[str, Desired, SupersedeCheck, int], Executor]
 
 
 def newer_than_run(plan: Plan, fallback: SupersedeCheck) -> SupersedeCheck:
@@ -51,8 +52,10 @@ def newer_than_run(plan: Plan, fallback: SupersedeCheck) -> SupersedeCheck:
 
 class Dispatcher:
     def __init__(self, fleet: Fleet, verdicts: Verdicts, post_status: PostStatus,
-                 executor_for: ExecutorFor) -> None:
+                 executor_for: ExecutorFor,
+                 shard_of: Callable[[ObjectKey], int] = lambda _key: 0) -> None:
         self.fleet = fleet
+        self.shard_of = shard_of  # each shard's runs are fenced by its own Lease
         self.verdicts = verdicts
         self.post_status = post_status
         self.executor_for = executor_for
@@ -82,13 +85,14 @@ class Dispatcher:
         if not ready:
             return []
         check = newer_than_run(plan, superseded) if newest else superseded
-        executors: dict[str, Executor] = {}
+        executors: dict[tuple[str, int], Executor] = {}
 
         def run(wp: WorkloadPlan, at: str) -> Callable[[], WorkloadOutcome]:
-            if at not in executors:
-                executors[at] = self.executor_for(at, desired, check)
-                executors[at].unparked = frozenset(self._resuming)
-            executor = executors[at]
+            shard = self.shard_of(wp.key)
+            if (at, shard) not in executors:
+                executors[at, shard] = self.executor_for(at, desired, check, shard)
+                executors[at, shard].unparked = frozenset(self._resuming)
+            executor = executors[at, shard]
             return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
 
         for wp in ready:

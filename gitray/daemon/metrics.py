@@ -136,6 +136,8 @@ class Metrics:
         self.last_sync_time = Gauge("gitray_last_sync_timestamp_seconds",
                                     "When the last sync pass finished", registry=r)
         self.leader = Gauge("gitray_leader", "1 while this replica holds the Lease", registry=r)
+        self.shards_held = Gauge("gitray_shards_held", "Shards this replica drives (--shards; "
+                                 "unsharded: 1 while it holds the Lease)", registry=r)
         self.git_fetch = Histogram("gitray_git_fetch_duration_seconds",
                                    "Duration of git fetch + revision resolution", registry=r)
         self.git_errors = Counter("gitray_git_errors_total",

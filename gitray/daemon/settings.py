@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitray.engine.shards import check_shards
 from gitray.engine.wiring import ExecSettings
 from gitray.k8s.settings import KubeSettings
 
@@ -33,3 +34,9 @@ class DaemonSettings:
     status_token: str | None = None  # for the Git host's status API (never logged)
     allowed_signers: Path | None = None  # when set, only commits signed by these keys apply
     workers: int = 8  # workloads whose runs go on at the same time (gitray.engine.fleet)
+    # the workloads are sharded over the replicas, each shard on a Lease of its own
+    # (docs/sharding.md); 1: unsharded, one leader holding the Lease
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        check_shards(self.shards)

@@ -1,0 +1,160 @@
+"""What this replica of ``gitray sync`` drives: the one Lease, or the shards it holds. I/O
+(through the Lease or the shard keeper).
+
+The daemon asks one ``Owner`` whether it leads (holds anything), which workloads it owns
+(``gitray.engine.ownership.Ownership``) and the fence of a shard's runs, and runs its
+``attempt`` as the scheduler's ``lease`` job:
+
+- ``LeaseOwner`` (``--shards 1``, the default): today's leader election, unchanged — the
+  ``Leadership`` of the Lease, its watch, and the Lease as the fence of every run; it owns every
+  workload while it leads.
+- ``ShardOwner`` (``--shards S``, S > 1): one round of the shard keeper per retry period
+  (``gitray.engine.shardkeeper``). A shard lost gives up its parked runs (the next holder
+  resumes them from their records) and its runs on workers stop at their next progress point
+  (the daemon's reporter asks ``owns``, every write's fence asks the keeper); a shard gained
+  asks for a pass at once. On shutdown it hands its shards over with ``release_all``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+from apscheduler.schedulers.base import BaseScheduler
+
+from gitray.core.errors import GitrayError
+from gitray.daemon.leadership import Leadership
+from gitray.daemon.metrics import Metrics
+from gitray.engine.apply import Desired
+from gitray.engine.fence import Fence
+from gitray.engine.fleet import Fleet
+from gitray.engine.ownership import Ownership, owned
+from gitray.engine.shardkeeper import ShardKeeper
+from gitray.engine.shards import shard_label
+from gitray.engine.shardview import Changes
+from gitray.engine.wiring import Wiring
+from gitray.k8s.lease import Lease
+from gitray.k8s.leasewatch import LeaseWatch
+
+__all__ = ["LeaseOwner", "Owner", "ShardOwner", "owned_desired", "owner_for"]
+
+log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
+
+
+def owner_for(shards: int, wiring: Wiring, scheduler: BaseScheduler, metrics: Metrics,
+              fleet: Fleet, stopping: threading.Event, on_leader: Callable[[], None],
+              on_api_problem: Callable[[GitrayError], None]) -> Owner:
+    """The owner of ``gitray sync --shards shards``: the shard keeper's when ``shards`` > 1,
+    else the one Lease's (``on_leader``: a pass at once when it leads or gains a shard)."""
+    if shards > 1:
+        return ShardOwner(wiring.shard_keeper(shards), shards, fleet, metrics, stopping,
+                          on_leader)
+    leadership = Leadership(wiring.lease, scheduler, wiring.settings.retry_period_s, metrics,
+                            stopping, on_leader, on_api_problem)
+    return LeaseOwner(wiring.lease, leadership, wiring.lease_watch(leadership.changed))
+
+
+class Owner(Protocol):
+    def leading(self) -> bool: ...
+
+    def ownership(self) -> Ownership: ...
+
+    def fence(self, shard: int) -> Fence: ...
+
+    def attempt(self) -> None: ...
+
+    def start(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class LeaseOwner:
+    """Unsharded: the one Lease, kept and contended for as before sharding."""
+
+    def __init__(self, lease: Lease, leadership: Leadership, watch: LeaseWatch) -> None:
+        self.lease, self.leadership, self.watch = lease, leadership, watch
+
+    def leading(self) -> bool:
+        return self.lease.is_leader
+
+    def ownership(self) -> Ownership:
+        return Ownership(1, {0: self.lease.epoch} if self.lease.is_leader else {})
+
+    def fence(self, shard: int) -> Fence:
+        return self.lease
+
+    def attempt(self) -> None:
+        self.leadership.attempt()
+
+    def start(self) -> None:
+        self.watch.start()
+
+    def release(self) -> None:
+        self.lease.stop_renewing()
+        if self.lease.is_leader:  # first: a standby waits for this
+            released = self.lease.release()
+            log.info("released the Lease" if released else "could not release the Lease")
+        self.watch.stop()
+
+
+class ShardOwner:
+    """Sharded: the shards the keeper lets this replica drive."""
+
+    def __init__(self, keeper: ShardKeeper, shards: int, fleet: Fleet, metrics: Metrics,
+                 stopping: threading.Event, on_gained: Callable[[], None]) -> None:
+        self.keeper, self.count, self.fleet, self.metrics = keeper, shards, fleet, metrics
+        self._stopping, self._on_gained = stopping, on_gained
+
+    def leading(self) -> bool:
+        return bool(self.keeper.shards())
+
+    def ownership(self) -> Ownership:
+        return Ownership(self.count, self.keeper.shards())
+
+    def fence(self, shard: int) -> Fence:
+        return self.keeper.fence(shard)
+
+    def attempt(self) -> None:
+        if not self._stopping.is_set():
+            self.changed(self.keeper.round())
+
+    def start(self) -> None:
+        pass  # (no watch: the keeper reads the Leases each round)
+
+    def release(self) -> None:
+        self.changed(self.keeper.release_all())
+
+    def changed(self, changes: Changes) -> None:
+        """A round's (or the hand-over's) changes: the lost shards' parked runs and table rows
+        given up, a pass asked for the gained ones."""
+        self.metrics.leader.set(1 if self.leading() else 0)
+        if changes.lost:
+            lost = Ownership(self.count, dict.fromkeys(changes.lost, 0))
+            parked = [k for k in sorted(self.fleet.parked()) if lost.owns(k)]
+            self.fleet.forget(parked)
+            log.warning("stopped driving shard(s) %s%s", _names(changes.lost, self.count),
+                        "; parked runs left to their next holder: " + ", ".join(
+                            str(k) for k in parked) if parked else "")
+            table = self.metrics.table
+            table.keep(k for k in table.views() if not lost.owns(k))
+        if changes.gained and not self._stopping.is_set():
+            log.info("driving shard(s) %s", ", ".join(
+                f"{shard_label(s, self.count)} (epoch {e})"
+                for s, e in sorted(changes.gained.items())))
+            self._on_gained()
+
+
+def _names(shards: tuple[int, ...], count: int) -> str:
+    return ", ".join(shard_label(s, count) for s in shards)
+
+
+def owned_desired(desired: Desired, own: Ownership) -> Desired:
+    """``desired`` with only the workloads ``own`` holds (``desired`` itself when unsharded):
+    the workloads a replica reports on (their statuses, their health)."""
+    if not own.sharded:
+        return desired
+    return replace(desired, result=replace(desired.result,
+                                           workloads=tuple(owned(desired.workloads, own))))
