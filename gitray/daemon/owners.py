@@ -31,7 +31,7 @@ from gitray.daemon.metrics import Metrics
 from gitray.engine.apply import Desired
 from gitray.engine.fence import Fence
 from gitray.engine.fleet import Fleet
-from gitray.engine.ownership import Ownership, owned
+from gitray.engine.ownership import Ownership, in_shards, owned
 from gitray.engine.shardkeeper import ShardKeeper
 from gitray.engine.shards import shard_label
 from gitray.engine.shardview import Changes
@@ -132,14 +132,14 @@ class ShardOwner:
         given up, a pass asked for the gained ones."""
         self.metrics.leader.set(1 if self.leading() else 0)
         if changes.lost:
-            lost = Ownership(self.count, dict.fromkeys(changes.lost, 0))
-            parked = [k for k in sorted(self.fleet.parked()) if lost.owns(k)]
+            parked = in_shards(self.fleet.parked(), changes.lost, self.count)
             self.fleet.forget(parked)
             log.warning("stopped driving shard(s) %s%s", _names(changes.lost, self.count),
                         "; parked runs left to their next holder: " + ", ".join(
                             str(k) for k in parked) if parked else "")
-            table = self.metrics.table
-            table.keep(k for k in table.views() if not lost.owns(k))
+            table = self.metrics.table  # (the next holder shows them from now on)
+            rows = table.views()
+            table.keep(set(rows) - set(in_shards(rows, changes.lost, self.count)))
         if changes.gained and not self._stopping.is_set():
             log.info("driving shard(s) %s", ", ".join(
                 f"{shard_label(s, self.count)} (epoch {e})"

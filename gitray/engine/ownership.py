@@ -24,8 +24,8 @@ from gitray.core.model import ObjectKey
 from gitray.engine.shards import LABEL_SHARD, check_shards, shard_label, shard_of
 from gitray.plans.plan import Plan
 
-__all__ = ["Keyed", "Ownership", "labelled", "owned", "owned_plan", "posts_overall",
-           "shard_labels"]
+__all__ = ["Keyed", "Ownership", "in_shards", "labelled", "owned", "owned_plan",
+           "posts_overall", "shard_labels"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,14 @@ def owned_plan(plan: Plan, own: Ownership) -> Plan:
     if not own.sharded:
         return plan
     return replace(plan, workloads=tuple(owned(plan.workloads, own)))
+
+
+def in_shards(keys: Iterable[ObjectKey], shards: Iterable[int], count: int
+              ) -> list[ObjectKey]:
+    """The workloads among ``keys`` that belong to ``shards`` (of ``count``), sorted: what a
+    replica gives up with shards it lost (its parked runs, its metrics rows)."""
+    lost = Ownership(count, dict.fromkeys(shards, 0))
+    return sorted(k for k in keys if lost.owns(k))
 
 
 def shard_labels(shard: int, count: int) -> dict[str, str]:

@@ -1,0 +1,171 @@
+"""Fencing per shard (``gitray sync --shards S``): a run record names the shard whose holder
+wrote it beside that shard Lease's epoch; a replica that does not drive a shard (in the
+epoch its runs were started in) refuses before any request; a later holder's epoch is higher,
+also across shard counts. Unsharded records are written exactly as before.
+
+The API server here is a closed port on loopback: nothing answers, so a refusal that is not
+``TransientError`` ("API server unreachable") was made before any request. What holding a
+shard and writing under it does against a real API server is for the integration tests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitray.core.errors import LeaseLostError
+from gitray.core.model import ObjectKey
+from gitray.engine.progress import ProgressStore
+from gitray.engine.record import (
+    Record,
+    RunState,
+    configmap_of,
+    encode_record,
+    record_from_json,
+    record_of_configmap,
+    record_to_json,
+)
+from gitray.engine.shardkeeper import ShardFence, ShardKeeper
+from gitray.engine.shards import (
+    LABEL_SHARD,
+    ShardCount,
+    View,
+    next_epoch,
+    shard_label,
+    shard_of,
+    switch_epoch_base,
+)
+from gitray.engine.shards import Claim as ShardClaim
+from gitray.k8s.client import Kube
+from gitray.k8s.election import LeaseSettings
+from gitray.k8s.settings import KubeSettings
+from gitray.plans.plan import Action, WorkloadPlan
+
+KEY = ObjectKey("RayService", "ray", "svc")
+
+
+def _record(**changes: object) -> Record:
+    fields: dict[str, object] = dict(
+        key=KEY, revision="a" * 40, desired_hash="h", plan=WorkloadPlan(KEY, Action.NOOP, 0),
+        cursor=0, steps=(), state=RunState.RUNNING, reason="", epoch=3, updated_at="t")
+    return Record(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+# ---- the record names its shard ---------------------------------------------------------------
+
+
+def test_a_sharded_record_keeps_its_shard_through_its_json_and_configmap() -> None:
+    record = _record(epoch=8, shard="2-of-6")
+    assert record_to_json(record)["shard"] == "2-of-6"
+    assert record_from_json(record_to_json(record)) == record
+    cm = configmap_of(record, "gitray", "default", "")
+    assert cm["metadata"]["labels"][LABEL_SHARD] == "2-of-6"
+    assert record_of_configmap(cm) == record
+
+
+def test_an_unsharded_record_is_written_as_before_sharding() -> None:
+    record = _record()
+    assert "shard" not in record_to_json(record)
+    assert json.loads(encode_record(record)).keys() == {
+        "formatVersion", "workload", "revision", "desiredHash", "plan", "cursor", "steps",
+        "state", "reason", "epoch", "updatedAt"}
+    assert configmap_of(record, "gitray", "default", "")["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "gitray", "gitray.io/instance": "default",
+        "gitray.io/role": "progress"}
+
+
+def test_a_record_written_before_sharding_reads_as_unsharded() -> None:
+    data = record_to_json(_record())
+    assert "shard" not in data
+    assert record_from_json(data).shard == ""
+
+
+# ---- a replica not driving the shard refuses before any request -------------------------------
+
+
+def _closed_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return int(server.getsockname()[1])
+
+
+@pytest.fixture
+def unreachable(tmp_path: Path) -> Iterator[Kube]:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "https://127.0.0.1:{_closed_port()}", insecure-skip-tls-verify: true}}
+users:
+- name: u
+  user: {{token: not-a-real-token}}
+contexts:
+- name: x
+  context: {{cluster: c, user: u}}
+current-context: x
+""")
+    kube = Kube.connect(KubeSettings(kubeconfig=str(path), request_timeout_s=2))
+    yield kube
+    kube.close()
+
+
+@pytest.fixture
+def keeper(unreachable: Kube) -> ShardKeeper:
+    """A keeper that has run no round: it drives nothing."""
+    return ShardKeeper(unreachable, LeaseSettings(namespace="gitray", name="gitray",
+                                                  identity="replica-a"), 6)
+
+
+def test_a_shard_not_driven_has_a_fence_that_refuses_at_once(keeper: ShardKeeper) -> None:
+    fence = keeper.fence(2)
+    assert fence == ShardFence(keeper, 2, -1)
+    with pytest.raises(LeaseLostError, match="shard 2 of 6 is no longer driven"):
+        fence.ensure_held()
+
+
+def test_a_fence_of_an_epoch_no_longer_held_refuses_at_once(keeper: ShardKeeper) -> None:
+    with pytest.raises(LeaseLostError, match="in epoch 7"):
+        ShardFence(keeper, 2, 7).ensure_held()
+
+
+def test_a_replica_that_lost_the_shard_writes_no_run_record(unreachable: Kube,
+                                                            keeper: ShardKeeper) -> None:
+    store = ProgressStore(unreachable, "gitray", "default", keeper.fence(2), "2-of-6")
+    with pytest.raises(LeaseLostError):  # (not TransientError: no request was made)
+        store.begin(WorkloadPlan(KEY, Action.CREATE, 0), "a" * 40, -1)
+    with pytest.raises(LeaseLostError):  # its epoch is not the fence's: refused first
+        store.begin(WorkloadPlan(KEY, Action.CREATE, 0), "a" * 40, 4)
+
+
+def test_a_record_of_a_newer_epoch_is_not_resumed_by_an_older_holder(
+        unreachable: Kube, keeper: ShardKeeper) -> None:
+    store = ProgressStore(unreachable, "gitray", "default", ShardFence(keeper, 2, 5), "2-of-6")
+    with pytest.raises(LeaseLostError, match=r"a newer leader \(epoch 9\)"):
+        store.resume(_record(epoch=9, shard="2-of-6"), 5)
+
+
+# ---- epochs: a later holder's is higher -------------------------------------------------------
+
+
+def test_the_next_holder_of_a_shard_writes_a_higher_epoch() -> None:
+    first = next_epoch(None, 0)
+    assert next_epoch(first, 0) > first
+    assert next_epoch(first, first + 5) == first + 5  # (and never below the count's base)
+
+
+def test_a_reshard_resumes_every_record_under_a_higher_epoch() -> None:
+    """Records written under 6 shards (each shard its own epoch sequence): whatever shard of
+    the new count a workload lands in, its first holder's epoch is above every old one."""
+    old = {s: e for s, e in zip(range(6), (3, 11, 4, 7, 1, 9), strict=True)}
+    view = View("replica-a", 4, ShardCount(6, 0), (), tuple(
+        ShardClaim(s, 6, "replica-b", 0.0, e) for s, e in old.items()))
+    base = switch_epoch_base(view)
+    keys = [ObjectKey("RayService", "ray", f"svc-{i}") for i in range(40)]
+    for key in keys:
+        written = old[shard_of(key, 6)]
+        resumed = next_epoch(None, base)  # the new count's Lease of its shard, taken first
+        assert resumed > written, (key, shard_label(shard_of(key, 4), 4))
