@@ -11,7 +11,6 @@ shard and writing under it does against a real API server is for the integration
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseSettings
 from gitray.k8s.settings import KubeSettings
 from gitray.plans.plan import Action, WorkloadPlan
+from tests.unit.k8s.test_kube_unreachable import _closed_port, _kubeconfig
 
 KEY = ObjectKey("RayService", "ray", "svc")
 
@@ -87,28 +87,10 @@ def test_a_record_written_before_sharding_reads_as_unsharded() -> None:
 # ---- a replica not driving the shard refuses before any request -------------------------------
 
 
-def _closed_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        return int(server.getsockname()[1])
-
-
 @pytest.fixture
 def unreachable(tmp_path: Path) -> Iterator[Kube]:
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {{server: "https://127.0.0.1:{_closed_port()}", insecure-skip-tls-verify: true}}
-users:
-- name: u
-  user: {{token: not-a-real-token}}
-contexts:
-- name: x
-  context: {{cluster: c, user: u}}
-current-context: x
-""")
-    kube = Kube.connect(KubeSettings(kubeconfig=str(path), request_timeout_s=2))
+    kube = Kube.connect(KubeSettings(kubeconfig=_kubeconfig(tmp_path, _closed_port()),
+                                     request_timeout_s=2))
     yield kube
     kube.close()
 
