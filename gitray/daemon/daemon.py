@@ -110,7 +110,8 @@ class Daemon:
         self.fleet = Fleet(settings.workers, self._run_ended)  # the runs in flight
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.owner = owner_for(settings.shards, self.wiring, self.scheduler, self.metrics,
-                               self.fleet, self._stopping, self.trigger_poll, self._api_problem)
+                               self.fleet, self._stopping, self.trigger_poll,
+                               self._api_problem, on_gained=self._resume_released)
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor,
                                    lambda key: self.owner.ownership().shard(key))
         self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)
@@ -392,8 +393,9 @@ class Daemon:
                    ) -> None:
         """A run ended (on its worker): report it, and plan its commit again at once."""
         if outcome is None:  # the Lease lost or an API error: a retry pass resumes it (on
-            if not self._stopping.is_set():  # this replica once it leads again)
-                self._backoff()
+            own = self.owner.ownership()  # this replica once it leads again; a shard lost:
+            if not self._stopping.is_set() and (not own.sharded or own.owns(key)):  # its
+                self._backoff()  # next holder does)
             return
         self.verdicts.run_ended(key, flight, outcome, self.fleet.flights(),
                                 self.state.current.attempted)

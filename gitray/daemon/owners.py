@@ -46,12 +46,15 @@ log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipeline
 
 def owner_for(shards: int, wiring: Wiring, scheduler: BaseScheduler, metrics: Metrics,
               fleet: Fleet, stopping: threading.Event, on_leader: Callable[[], None],
-              on_api_problem: Callable[[GitrayError], None]) -> Owner:
+              on_api_problem: Callable[[GitrayError], None], *,
+              on_gained: Callable[[], None]) -> Owner:
     """The owner of ``gitray sync --shards shards``: the shard keeper's when ``shards`` > 1,
-    else the one Lease's (``on_leader``: a pass at once when it leads or gains a shard)."""
+    else the one Lease's. ``on_leader``: the Lease taken (a poll at once); ``on_gained``:
+    shards gained (a pass plans the commit again even if it was planned before: their
+    workloads were another replica's then)."""
     if shards > 1:
         return ShardOwner(wiring.shard_keeper(shards), shards, fleet, metrics, stopping,
-                          on_leader)
+                          on_gained)
     leadership = Leadership(wiring.lease, scheduler, wiring.settings.retry_period_s, metrics,
                             stopping, on_leader, on_api_problem)
     return LeaseOwner(wiring.lease, leadership, wiring.lease_watch(leadership.changed))
