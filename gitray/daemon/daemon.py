@@ -68,7 +68,7 @@ from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight
 from gitray.engine.health import health_by_workload
-from gitray.engine.ownership import owned, owned_plan, posts_overall, shard_labels
+from gitray.engine.ownership import Ownership, owned, owned_plan, posts_overall, shard_labels
 from gitray.engine.record import RunState
 from gitray.engine.shards import shard_label
 from gitray.engine.wiring import Wiring
@@ -113,7 +113,7 @@ class Daemon:
                                self.fleet, self._stopping, self.trigger_poll,
                                self._api_problem, on_gained=self._resume_released)
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor,
-                                   lambda key: self.owner.ownership().shard(key))
+                                   Ownership(settings.shards).shard)
         self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)
         self.rechecks = Rechecks(self.kube, self.fleet, self._resume_released,
                                  self.owner.leading, stopping=self._stopping.is_set,
