@@ -16,7 +16,6 @@ not stop a newer commit's run as if Git had moved back.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 
 from gitray.core.model import Kind, ObjectKey
@@ -25,11 +24,10 @@ from gitray.engine.apply import Desired
 from gitray.engine.executor import Executor, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight, dispatchable
 from gitray.engine.record import Record, RunState
+from gitray.git.source import WORKTREE
 from gitray.plans.plan import Plan, WorkloadPlan
 
 __all__ = ["Dispatcher", "newer_than_run"]
-
-_SHA = re.compile(r"[0-9a-f]{40}")
 
 log = logging.getLogger("gitray.sync")
 
@@ -56,7 +54,7 @@ def _commit_of(record: Record | None, sha: str) -> str:
     """The commit a run resumed from ``record`` reports to: the record's revision when it is
     one (not a working tree's), else the pass's ``sha``."""
     revision = record.revision if record is not None else ""
-    return revision if _SHA.fullmatch(revision) else sha
+    return revision if revision and revision != WORKTREE else sha
 
 
 class Dispatcher:
