@@ -24,6 +24,7 @@ from gitray.engine.apply import Desired
 from gitray.engine.executor import Executor, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight, dispatchable
 from gitray.engine.record import Record, RunState
+from gitray.git.source import WORKTREE
 from gitray.plans.plan import Plan, WorkloadPlan
 
 __all__ = ["Dispatcher", "newer_than_run"]
@@ -50,6 +51,13 @@ def newer_than_run(plan: Plan, fallback: SupersedeCheck) -> SupersedeCheck:
     return check
 
 
+def _commit_of(record: Record | None, sha: str) -> str:
+    """The commit a run resumed from ``record`` reports to: the record's revision when it is
+    one (not a working tree's), else the pass's ``sha``."""
+    revision = record.revision if record is not None else ""
+    return revision if revision and revision != WORKTREE else sha
+
+
 class Dispatcher:
     def __init__(self, fleet: Fleet, verdicts: Verdicts, post_status: PostStatus,
                  executor_for: ExecutorFor,
@@ -74,6 +82,11 @@ class Dispatcher:
         waiting = [w for w in plan.workloads
                    if (w.steps or w.key in resume) and w.key not in in_flight and w not in ready]
         fresh = [w for w in ready if w.key not in released]
+        # Each run reports to its own commit: a parked run to the one it parked at, a run
+        # resumed from its record (a new leader, a Lease taken back) to the record's revision,
+        # whatever commit this pass plans; its verdict is that commit's.
+        commit = {w.key: released[w.key].sha if w.key in released
+                  else _commit_of(resume.get(w.key), sha) for w in ready}
         if fresh:
             log.info("sync %s (%s): %s", sha[:7], trigger, ", ".join(
                 f"{w.key} {len(resume[w.key].plan.steps) if w.key in resume else len(w.steps)}"
@@ -96,10 +109,10 @@ class Dispatcher:
             return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
 
         for wp in ready:
-            at = released[wp.key].sha if wp.key in released else sha
-            self.fleet.dispatch(wp, sha, trigger, run(wp, at))
-        if trigger in VERDICT_TRIGGERS and fresh:
-            self.verdicts.dispatched(sha, [w.key for w in fresh], left=bool(waiting))
+            self.fleet.dispatch(wp, commit[wp.key], trigger, run(wp, commit[wp.key]))
+        mine = [w.key for w in fresh if commit[w.key] == sha]
+        if trigger in VERDICT_TRIGGERS and mine:
+            self.verdicts.dispatched(sha, mine, left=bool(waiting))
         return ready
 
     def resume_released(self, plan: Plan, records: list[Record],

@@ -26,6 +26,7 @@ from gitray.engine.fleet import (
     order_of,
     recheck_delay,
 )
+from gitray.engine.record import Record, RunState
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
 from tests.clock import ManualClock
@@ -446,5 +447,56 @@ def test_only_a_pass_of_the_newest_commit_supersedes_a_parked_upgrade() -> None:
         assert RS1 in fleet.parked() and not fleet.parked()[RS1].released
         dispatcher.resume_released(older, [], {}, newest=True)  # (no record: forgotten)
         assert RS1 not in fleet.parked()
+    finally:
+        fleet.shutdown()
+
+
+class Dispatched:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[ObjectKey]]] = []
+
+    def dispatched(self, sha: str, keys: list[ObjectKey], left: bool) -> None:
+        self.calls.append((sha, keys))
+
+
+@pytest.mark.parametrize(("revision", "reports_to"), [
+    ("a" * 40, "a" * 40),  # a run of an older commit, resumed from its record: that commit's
+    ("b" * 40, "b" * 40),  # the pass's own commit
+    ("worktree", "b" * 40),  # a record of an uncommitted tree: the pass's commit
+])
+def test_a_run_resumed_from_its_record_reports_to_the_records_commit(
+        revision: str, reports_to: str) -> None:
+    """A new leader (or one that took its Lease back) resumes a RayJob's run of commit A from
+    its record while planning the newer commit B (which leaves the job as it is): the run's
+    statuses and verdict are A's, not B's — else A's commit status stays pending for good
+    (seen in a CI-like run whose leader lost its Lease to a slow API server mid-job)."""
+    ends = Ends()
+    fleet = Fleet(1, ends)
+    verdicts = Dispatched()
+    executors: list[str] = []
+    done = WorkloadOutcome(RJ0, Outcome.SUCCEEDED, "", 1, 1)
+
+    class Executor:
+        def run_workload(self, *_: object) -> WorkloadOutcome:
+            return done
+
+    def executor_for(at: str, *_: object) -> Executor:
+        executors.append(at)
+        return Executor()
+
+    job = wp(RJ0, 0, False)
+    rec = Record(RJ0, revision, job.desired_hash, replace(job, steps=STEP), 0, (),
+                 RunState.RUNNING, "", 3, "2026-12-05T08:16:17.000Z")
+    dispatcher = Dispatcher(fleet, verdicts, lambda *_: None, executor_for)  # type: ignore[arg-type]
+    try:
+        started = dispatcher("b" * 40, "run", None, Plan("b" * 40, "live", workloads=(job,)),  # type: ignore[arg-type]
+                             {RJ0: rec}, {}, [], lambda *_: None)
+        assert [w.key for w in started] == [RJ0]
+        assert fleet.wait(30) and ends.event.wait(30)
+        ((k, flight, outcome),) = ends.seen
+        assert (k, flight.sha, outcome) == (RJ0, reports_to, done)
+        assert executors == [reports_to]
+        # the pass's commit counts the run among its own only when it is its own
+        assert verdicts.calls == ([("b" * 40, [RJ0])] if reports_to == "b" * 40 else [])
     finally:
         fleet.shutdown()

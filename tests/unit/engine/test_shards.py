@@ -447,6 +447,11 @@ class Cluster:
         self.paused: dict[str, tuple[Replica, Decision, ShardCount | None]] = {}
         self.records: dict[ObjectKey, tuple[tuple[int, int], int]] = {}  # run record: lease, epoch
 
+    def start_many(self, replicas: int, shards: int, prefix: str = "r") -> None:
+        """``replicas`` replicas named ``<prefix>0``, ``<prefix>1``... of count ``shards``."""
+        for i in range(replicas):
+            self.start(f"{prefix}{i}", shards)
+
     def start(self, identity: str, shards: int) -> None:
         self.replicas[identity] = Replica(identity, shards)
 
@@ -585,8 +590,7 @@ SEEDS = range(12)
 def test_replicas_starting_together_balance_six_shards_in_three_rounds(replicas: int,
                                                                       seed: int) -> None:
     cluster = Cluster(seed)
-    for i in range(replicas):
-        cluster.start(f"r{i}", 6)
+    cluster.start_many(replicas, 6)
     # round 1 puts the count in force; 2 takes each one's floor; 3 the remainder
     assert settled(cluster, 6, within=3) <= 3
 
@@ -597,8 +601,7 @@ def test_every_count_and_replica_number_balances_in_three_rounds(shards: int,
                                                                 replicas: int) -> None:
     for seed in range(4):
         cluster = Cluster(seed)
-        for i in range(replicas):
-            cluster.start(f"r{i}", shards)
+        cluster.start_many(replicas, shards)
         settled(cluster, shards, within=3)
 
 
@@ -608,8 +611,7 @@ def test_every_count_and_replica_number_balances_in_three_rounds(shards: int,
 def test_a_replica_joining_gets_its_share_as_the_others_reach_step_boundaries(
         seed: int, before: int, release_after: int) -> None:
     cluster = Cluster(seed, release_after)
-    for i in range(before):
-        cluster.start(f"r{i}", 6)
+    cluster.start_many(before, 6)
     settled(cluster, 6, within=3)
     cluster.start("new", 6)
     # the others release at their next step boundary, the newcomer takes in the round after
@@ -621,8 +623,7 @@ def test_a_replica_joining_gets_its_share_as_the_others_reach_step_boundaries(
 def test_a_dead_replicas_shards_are_taken_when_its_leases_lapse(replicas: int,
                                                                seed: int) -> None:
     cluster = Cluster(seed)
-    for i in range(replicas):
-        cluster.start(f"r{i}", 6)
+    cluster.start_many(replicas, 6)
     settled(cluster, 6, within=3)
     victim = "r0"
     lost = cluster.held(6)[victim]
@@ -642,8 +643,7 @@ def test_a_dead_replicas_shards_are_taken_when_its_leases_lapse(replicas: int,
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_planned_hand_over_is_taken_in_the_next_round(seed: int) -> None:
     cluster = Cluster(seed)
-    for i in range(3):
-        cluster.start(f"r{i}", 6)
+    cluster.start_many(3, 6)
     settled(cluster, 6, within=3)
     cluster.stop("r1")
     cluster.step()
@@ -665,8 +665,7 @@ def rollout(cluster: Cluster, new: int, *, kill: bool = False, prefix: str = "ne
 def test_resharding_by_a_rollout_never_drives_a_workload_twice(old: int, new: int,
                                                                seed: int) -> None:
     cluster = Cluster(seed, release_after=1)
-    for i in range(3):
-        cluster.start(f"old{i}", old)
+    cluster.start_many(3, old, "old")
     settled(cluster, old, within=4)
     rollout(cluster, new)  # Cluster.check: one driver per workload, epochs rising
     settled(cluster, new, within=4)
@@ -677,11 +676,9 @@ def test_resharding_by_a_rollout_never_drives_a_workload_twice(old: int, new: in
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_old_count_drives_until_its_last_replica_is_gone(seed: int, old: int) -> None:
     cluster = Cluster(seed)
-    for i in range(3):
-        cluster.start(f"old{i}", old)
+    cluster.start_many(3, old, "old")
     settled(cluster, old, within=3)
-    for i in range(3):
-        cluster.start(f"new{i}", 4)
+    cluster.start_many(3, 4, "new")
     for i in range(2):  # with one shard, the holder's stop leaves it free for a moment
         cluster.stop(f"old{i}")
         cluster.run(3)
@@ -696,8 +693,7 @@ def test_the_old_count_drives_until_its_last_replica_is_gone(seed: int, old: int
 def test_resharding_back_to_a_count_whose_leases_exist_moves_epochs_on(
         seed: int, counts: tuple[int, ...]) -> None:
     cluster = Cluster(seed, release_after=1)
-    for i in range(3):
-        cluster.start(f"old{i}", counts[0])
+    cluster.start_many(3, counts[0], "old")
     settled(cluster, counts[0], within=4)
     for generation, after in enumerate(counts[1:]):
         rollout(cluster, after, prefix=f"gen{generation}-")  # Cluster.check: epochs rising
@@ -709,8 +705,7 @@ def test_resharding_back_to_a_count_whose_leases_exist_moves_epochs_on(
 def test_resharding_after_the_old_replicas_were_killed_waits_for_their_leases(seed: int
                                                                              ) -> None:
     cluster = Cluster(seed)
-    for i in range(3):
-        cluster.start(f"old{i}", 6)
+    cluster.start_many(3, 6, "old")
     settled(cluster, 6, within=3)
     rollout(cluster, 4, kill=True)
     settled(cluster, 4, within=int(DURATION // RETRY) + 4)
@@ -720,11 +715,9 @@ def test_resharding_after_the_old_replicas_were_killed_waits_for_their_leases(se
 def test_an_old_replica_woken_after_the_switch_takes_its_old_shards_but_does_not_drive(
         seed: int) -> None:
     cluster = Cluster(seed)
-    for i in range(2):
-        cluster.start(f"old{i}", 6)
+    cluster.start_many(2, 6, "old")
     settled(cluster, 6, within=3)
-    for i in range(3):
-        cluster.start(f"new{i}", 4)
+    cluster.start_many(3, 4, "new")
     cluster.stop("old0")
     cluster.pause("old1")  # it decided to take old0's shards, then froze
     assert cluster.paused["old1"][1].want == 3
@@ -739,8 +732,7 @@ def test_an_old_replica_woken_after_the_switch_takes_its_old_shards_but_does_not
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_rollout_abandoned_half_way_leaves_the_old_count_in_force(seed: int) -> None:
     cluster = Cluster(seed)
-    for i in range(3):
-        cluster.start(f"old{i}", 6)
+    cluster.start_many(3, 6, "old")
     settled(cluster, 6, within=3)
     cluster.start("new0", 4)
     cluster.stop("old0")
