@@ -111,7 +111,8 @@ class Daemon:
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.owner = owner_for(settings.shards, self.wiring, self.scheduler, self.metrics,
                                self.fleet, self._stopping, self.trigger_poll,
-                               self._api_problem, on_gained=self._resume_released)
+                               self._api_problem, on_gained=self._resume_released,
+                               post_overall=lambda sha, *s: self.statuses.post(sha, None, *s))
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor,
                                    Ownership(settings.shards).shard)
         self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)
@@ -384,6 +385,7 @@ class Daemon:
             # sync": its failure status stands (e.g. for a new leader polling that commit)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \
                     and not in_flight and not paused:
+                self.owner.mark_synced(own, sha)  # (sharded: the overall success, when all are)
                 self.verdicts.converged(sha, owned_desired(desired, own))
             return []
         return self.dispatch(sha, trigger, desired, plan, resume, in_flight, failed_before,

@@ -13,6 +13,9 @@ The daemon asks one ``Owner`` whether it leads (holds anything), which workloads
   resumes them from their records) and its runs on workers stop at their next progress point
   (the daemon's reporter asks ``owns``, every write's fence asks the keeper); a shard gained
   asks for a pass at once. On shutdown it hands its shards over with ``release_all``.
+  A replica's shards found in sync at a commit are said so on their Leases (``mark_synced``);
+  the holder of shard 0 posts the commit's overall success once every shard's Lease says
+  that commit, which no replica sees from its own shards.
 """
 
 from __future__ import annotations
@@ -43,18 +46,21 @@ __all__ = ["LeaseOwner", "Owner", "ShardOwner", "owned_desired", "owner_for"]
 
 log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
+PostOverall = Callable[[str, str, str], None]  # (commit, state, description)
+
 
 def owner_for(shards: int, wiring: Wiring, scheduler: BaseScheduler, metrics: Metrics,
               fleet: Fleet, stopping: threading.Event, on_leader: Callable[[], None],
               on_api_problem: Callable[[GitrayError], None], *,
-              on_gained: Callable[[], None]) -> Owner:
+              on_gained: Callable[[], None], post_overall: PostOverall) -> Owner:
     """The owner of ``gitray sync --shards shards``: the shard keeper's when ``shards`` > 1,
     else the one Lease's. ``on_leader``: the Lease taken (a poll at once); ``on_gained``:
     shards gained (a pass plans the commit again even if it was planned before: their
-    workloads were another replica's then)."""
+    workloads were another replica's then); ``post_overall(sha, state, text)``: the commit's
+    overall status, when every shard is in sync at it."""
     if shards > 1:
         return ShardOwner(wiring.shard_keeper(shards), shards, fleet, metrics, stopping,
-                          on_gained)
+                          on_gained, post_overall)
     leadership = Leadership(wiring.lease, scheduler, wiring.settings.retry_period_s, metrics,
                             stopping, on_leader, on_api_problem)
     return LeaseOwner(wiring.lease, leadership, wiring.lease_watch(leadership.changed))
@@ -68,6 +74,8 @@ class Owner(Protocol):
     def fence(self, shard: int) -> Fence: ...
 
     def attempt(self) -> None: ...
+
+    def mark_synced(self, own: Ownership, sha: str) -> None: ...
 
     def start(self) -> None: ...
 
@@ -92,6 +100,9 @@ class LeaseOwner:
     def attempt(self) -> None:
         self.leadership.attempt()
 
+    def mark_synced(self, own: Ownership, sha: str) -> None:
+        pass  # (the leader posts the overall status itself)
+
     def start(self) -> None:
         self.watch.start()
 
@@ -107,9 +118,12 @@ class ShardOwner:
     """Sharded: the shards the keeper lets this replica drive."""
 
     def __init__(self, keeper: ShardKeeper, shards: int, fleet: Fleet, metrics: Metrics,
-                 stopping: threading.Event, on_gained: Callable[[], None]) -> None:
+                 stopping: threading.Event, on_gained: Callable[[], None],
+                 post_overall: PostOverall) -> None:
         self.keeper, self.count, self.fleet, self.metrics = keeper, shards, fleet, metrics
-        self._stopping, self._on_gained = stopping, on_gained
+        self._stopping, self._on_gained, self._post_overall = stopping, on_gained, post_overall
+        self._marked = ""  # the commit this replica last found its shards in sync at
+        self._posted = ""  # the last commit whose overall success it posted
 
     def leading(self) -> bool:
         return bool(self.keeper.shards())
@@ -123,6 +137,22 @@ class ShardOwner:
     def attempt(self) -> None:
         if not self._stopping.is_set():
             self.changed(self.keeper.round())
+            self._report()
+
+    def mark_synced(self, own: Ownership, sha: str) -> None:
+        self.keeper.mark_synced(own.held, sha)
+        self._marked = sha
+
+    def _report(self) -> None:
+        """As the holder of shard 0: the commit's overall success, once, when every shard's
+        Lease says it is in sync at the commit this replica last found its own in sync at
+        (so a Lease left from an earlier life of this shard count never speaks for today)."""
+        sha = self.keeper.synced
+        if sha and sha == self._marked and sha != self._posted and 0 in self.keeper.shards():
+            self._posted = sha
+            log.info("%s: every shard in sync", sha[:7])
+            self._post_overall(sha, "success", f"in sync at {sha[:7]} (all {self.count} "
+                               "shards)")
 
     def start(self) -> None:
         pass  # (no watch: the keeper reads the Leases each round)

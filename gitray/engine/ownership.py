@@ -107,9 +107,10 @@ def labelled(manifest: Mapping[str, Any], labels: Mapping[str, str]) -> Mapping[
 
 
 # The commit's overall status context: a replica of a sharded instance sees only its own
-# shards' workloads, so it cannot say the commit is in sync (nor that it is still applying:
-# "pending" with no success to follow would never be replaced). A failure or an error is true
-# whichever replica sees it.
+# shards' workloads, so it cannot say the commit is in sync from them (the holder of shard 0
+# does, from every shard Lease: gitray.daemon.owners), nor that it is still applying ("pending"
+# with no success to follow would never be replaced). A failure or an error is true whichever
+# replica sees it.
 _OVERALL_WHEN_SHARDED = frozenset({"failure", "error"})
 
 

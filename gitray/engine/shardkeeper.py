@@ -7,9 +7,9 @@ One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops th
    plus a GET of the unsharded Lease ``<lease>`` while it is not among them: an older release
    created it without the label), each record noted with an ``Observation`` so a claim lapses
    its duration after *this* process saw it change (client-go's rule, as in ``election.py``);
-2. this replica's member Lease written (created, or renewed with its count);
-3. the shard Leases it holds renewed; one whose Lease names another holder, moved to another
-   epoch or was deleted is lost;
+2. the shard Leases it holds renewed (with the commit it last found them in sync at, when it
+   has one); one whose Lease names another holder, moved to another epoch or was deleted is
+   lost; this replica's member Lease written (created, or renewed with its count);
 4. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
    epoch ``next_epoch``; a take lost to another replica's compare-and-swap costs a request
    and the next free shard is tried;
@@ -19,10 +19,9 @@ One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops th
 
 Every write is a ``replace`` carrying the ``resourceVersion`` listed (compare-and-swap) or a
 ``create``; a lost compare-and-swap is not an error, the next round reads again. When the API
-server does not answer, the error is logged once per outage and the round ends; every held
-shard whose renew deadline passes without a successful renew is given up, and
-:meth:`ShardKeeper.shards` never reports one past its deadline, even between rounds (it
-judges by the clock when asked).
+server does not answer, the error is logged once per outage and the round ends; a held shard
+whose renew deadline passes without a successful renew is given up, and ``shards()`` never
+reports one past its deadline, even between rounds (it judges by the clock when asked).
 """
 
 from __future__ import annotations
@@ -83,10 +82,8 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 class ShardKeeper:
     """The shard Leases of replica ``settings.identity`` of the instance whose Lease name is
     ``settings.name``, running with ``shards`` shards (thread-safe: one round at a time).
-
-    ``on_changes`` is called from the round that changed what the caller may drive (the same
-    :class:`Changes` the round returns). ``clock`` is the monotonic clock all lapses and
-    deadlines are judged by."""
+    ``on_changes`` is called from the round that changed what the caller may drive (the
+    :class:`Changes` it returns); ``clock``: the monotonic clock of lapses and deadlines."""
 
     def __init__(self, kube: Kube, settings: LeaseSettings, shards: int, *,
                  forget_after_s: float = FORGET_AFTER_S, on_changes: OnChanges | None = None,
@@ -103,7 +100,9 @@ class ShardKeeper:
         self._outage = ""  # the first error of the current outage; "" while the API answers
         self._foreign: tuple[str, ...] = ()
         self._closed = False
+        self._marks: dict[int, tuple[int, str]] = {}  # shard -> (epoch, commit) to write
         self.decision: sharding.Decision | None = None  # the last round's (display only)
+        self.synced: str | None = None  # the commit every shard was in sync at, last read
 
     @property
     def identity(self) -> str:
@@ -116,6 +115,12 @@ class ShardKeeper:
         with self._lock:
             return {s: h.epoch for s, h in sorted(self._held.items())
                     if h.driving and self._fresh(h, now)}
+
+    def mark_synced(self, held: Mapping[int, int], commit: str) -> None:
+        """``held``'s workloads (shard -> epoch) are in sync at ``commit``: each shard's Lease
+        says so (``gitray.io/synced``) from its next renew in that epoch."""
+        with self._lock:
+            self._marks.update((s, (e, commit)) for s, e in held.items())
 
     def fence(self, shard: int) -> ShardFence:
         """The fence of ``shard``'s workloads, in the epoch this replica drives it in now (-1,
@@ -270,6 +275,7 @@ class ShardKeeper:
                                             obs.lapses_at(), annotations))
         for gone in set(self._observed) - set(listed):
             del self._observed[gone]
+        self.synced = shardview.synced_at(self._s.name, self._count, seen)
         return shardview.view_of(self._s.name, self._s.identity, self._count, seen)
 
     def _check_held(self, listed: Mapping[str, _Obj]) -> None:
@@ -349,12 +355,15 @@ class ShardKeeper:
 
     def _renew(self, listed: Mapping[str, _Obj], skip: tuple[int, ...]) -> None:
         with self._lock:
-            held = sorted(set(self._held) - set(skip))
-        for shard in held:
+            held = [(s, self._held[s].epoch, self._marks.get(s)) for s in sorted(self._held)
+                    if s not in skip]
+        for shard, epoch, mark in held:
             live = listed[self._lease(shard)]
             t0 = self._clock()  # a renew counts from before its request was sent
             name = _meta(live)["name"]
-            if self._write(live, self._body(live, name, self._record(live, renewing=True))):
+            synced = {shardview.ANN_SYNCED: mark[1]} if mark and mark[0] == epoch else None
+            if self._write(live, self._body(live, name, self._record(live, renewing=True),
+                                            synced)):
                 with self._lock:
                     if shard in self._held:
                         self._held[shard] = replace(self._held[shard], renewed_at=t0)

@@ -7,6 +7,10 @@ Every member, shard and count Lease of an instance carries the label ``gitray.io
 <lease>`` (the instance's Lease name), so one label-selected LIST returns them all. The
 unsharded Lease ``<lease>`` (the one shard of ``S = 1``) may have been created by an older
 release without that label; the keeper reads it by name until it writes it itself.
+
+A shard Lease also says at which commit its holder last found the shard's workloads in sync
+(``gitray.io/synced``): when every shard of the count says the same commit, the commit as a
+whole is in sync (:func:`synced_at`), which no single replica can see from its own shards.
 """
 
 from __future__ import annotations
@@ -27,17 +31,20 @@ from gitray.engine.shards import (
 )
 
 __all__ = [
+    "ANN_SYNCED",
     "LABEL_LEASE",
     "Changes",
     "LeaseSeen",
     "changes",
     "lease_label",
     "lease_selector",
+    "synced_at",
     "view_of",
 ]
 
 LABEL_LEASE = "gitray.io/lease"  # on the member, shard and count Leases: the instance's Lease
 _LABEL_MAX = 63  # a label value's limit; a Lease name may be longer
+ANN_SYNCED = "gitray.io/synced"  # a shard Lease: the commit its workloads were last in sync at
 
 
 def lease_label(lease: str) -> str:
@@ -89,6 +96,21 @@ def view_of(lease: str, me: str, shards: int, seen: Iterable[LeaseSeen]) -> View
         elif s.holder and s.name == member_lease_name(lease, s.holder):
             members.append(Member(s.holder, _member_shards(s.annotations), s.lapses_at))
     return View(me, shards, count, tuple(members), tuple(claims))
+
+
+def synced_at(lease: str, shards: int, seen: Iterable[LeaseSeen]) -> str | None:
+    """The commit every shard of ``shards`` was last found in sync at by its holder (each
+    shard Lease's ``gitray.io/synced``), when all of them name the same one; None while any
+    shard has no such commit yet or two shards name different commits (one of them is still
+    working on a newer commit, or has not started it)."""
+    found: dict[int, str] = {}
+    for s in seen:
+        parsed = parse_shard_lease_name(lease, s.name)
+        commit = s.annotations.get(ANN_SYNCED, "")
+        if parsed is not None and parsed[1] == shards and commit:
+            found[parsed[0]] = commit
+    commits = set(found.values())
+    return commits.pop() if len(found) == shards and len(commits) == 1 else None
 
 
 @dataclass(frozen=True)

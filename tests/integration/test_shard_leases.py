@@ -33,6 +33,9 @@ import pytest
 
 from gitray.core.errors import TransientError
 from gitray.core.timefmt import utc_timestamp
+from gitray.daemon.metrics import Metrics
+from gitray.daemon.owners import ShardOwner
+from gitray.engine.fleet import Fleet
 from gitray.engine.shardkeeper import ShardKeeper
 from gitray.engine.shards import (
     ShardCount,
@@ -41,7 +44,7 @@ from gitray.engine.shards import (
     parse_shard_lease_name,
     shard_lease_name,
 )
-from gitray.engine.shardview import Changes, lease_selector
+from gitray.engine.shardview import ANN_SYNCED, Changes, lease_selector
 from gitray.k8s.client import Kube
 from gitray.k8s.election import (
     LEASE_API_VERSION,
@@ -506,3 +509,45 @@ def test_an_api_server_outage_gives_the_shards_up_at_the_renew_deadline(
         print(f"gave up its shards {lost_at:.2f} s after the cut, taken {taken:.2f} s after it")
     finally:
         link.close()
+
+
+def test_the_commit_is_in_sync_once_every_shard_lease_says_so_and_shard_0_posts_it(
+        cluster: Cluster) -> None:
+    """Each replica marks the shards it found in sync (written with its next renew); the
+    holder of shard 0 posts the commit's overall success once, when every shard says that
+    commit, and the other replica never does."""
+    replicas = cluster.start(4, "a", "b")
+    converge(cluster, replicas, [2, 2])
+    posted: dict[str, list[tuple[str, str, str]]] = {r.identity: [] for r in replicas}
+    fleet = Fleet(1, lambda *_: None)
+    owners = [ShardOwner(r.keeper, 4, fleet, Metrics(), threading.Event(), lambda: None,
+                         lambda *a, r=r: posted[r.identity].append(a)) for r in replicas]
+    first, second = sorted(owners, key=lambda o: 0 not in o.keeper.shards())
+    try:
+        first.mark_synced(first.ownership(), "c1")
+        for _ in range(3):  # (written with the renews; c1 is not every shard's yet)
+            first.attempt()
+            second.attempt()
+        assert first.keeper.synced is None and not any(posted.values())
+        second.mark_synced(second.ownership(), "c1")
+        wait_for(lambda: (second.attempt(), first.attempt(), first.keeper.synced)[-1] == "c1",
+                 timeout=10, interval=RETRY_S, what="every shard Lease saying c1")
+        for _ in range(3):
+            first.attempt()
+        assert posted[first.keeper.identity] == [("c1", "success",
+                                                  "in sync at c1 (all 4 shards)")]
+        assert posted[second.keeper.identity] == []
+        items, _ = cluster.kube.list(LEASE_API_VERSION, "Lease", namespace=cluster.namespace,
+                                     label_selector=lease_selector(BASE))
+        said = {(o["metadata"].get("annotations") or {}).get(ANN_SYNCED)
+                for o in items if (parse_shard_lease_name(BASE, o["metadata"]["name"])
+                                   or (0, 0))[1] == 4}
+        assert said == {"c1"}
+        # a newer commit: one replica's shards there, the other's not yet: no verdict
+        second.mark_synced(second.ownership(), "c2")
+        wait_for(lambda: (second.attempt(), first.attempt(), first.keeper.synced)[-1] is None,
+                 timeout=10, interval=RETRY_S, what="the shards at two commits")
+        assert len(posted[first.keeper.identity]) == 1
+    finally:
+        fleet.shutdown()
+    cluster.sampler.assert_clean()

@@ -53,7 +53,8 @@ class _Passes:
 def _owner(wiring: Wiring, shards: int, fleet: Fleet, metrics: Metrics,
            stopping: threading.Event, passes: _Passes) -> LeaseOwner | ShardOwner:
     owner = owner_for(shards, wiring, BackgroundScheduler(timezone="UTC"), metrics, fleet,
-                      stopping, lambda: None, lambda _e: None, on_gained=passes)
+                      stopping, lambda: None, lambda _e: None, on_gained=passes,
+                      post_overall=lambda *_: None)
     assert isinstance(owner, LeaseOwner | ShardOwner)
     return owner
 

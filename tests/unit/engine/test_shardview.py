@@ -9,12 +9,14 @@ import pytest
 
 from gitray.engine import shards
 from gitray.engine.shardview import (
+    ANN_SYNCED,
     LABEL_LEASE,
     Changes,
     LeaseSeen,
     changes,
     lease_label,
     lease_selector,
+    synced_at,
     view_of,
 )
 
@@ -125,3 +127,36 @@ def test_shards_gained_come_with_their_epochs_and_lost_ones_are_named() -> None:
 
 def test_a_shard_lost_and_taken_again_in_another_epoch_is_lost_and_gained() -> None:
     assert changes({3: 1}, {3: 2}) == Changes({3: 2}, (3,))
+
+
+# ---- the commit every shard is in sync at -----------------------------------------------------
+
+
+def shard_synced(shard: int, count: int, commit: str | None, name: str = BASE) -> LeaseSeen:
+    return LeaseSeen(shards.shard_lease_name(name, shard, count), ME, 1, 10.0,
+                     {ANN_SYNCED: commit} if commit is not None else {})
+
+
+def test_a_commit_is_in_sync_when_every_shard_lease_of_the_count_names_it() -> None:
+    seen = [shard_synced(i, 3, "c1") for i in range(3)]
+    assert synced_at(BASE, 3, seen) == "c1"
+    # other Leases of the selection (a member, the count, another count's shards) do not count
+    others = [member(OTHER, "3"), shard_synced(0, 2, "c0"), shard_synced(1, 2, "c0"),
+              LeaseSeen(shards.count_lease_name(BASE), "", 0, 0.0, {ANN_SYNCED: "c0"})]
+    assert synced_at(BASE, 3, [*others, *seen]) == "c1"
+
+
+@pytest.mark.parametrize("commits", [
+    ["c1", "c1", None],  # a shard never found in sync (or its Lease not written yet)
+    ["c1", "c1", ""],
+    ["c1", "c2", "c1"],  # one shard still on (or already past) another commit
+])
+def test_no_commit_while_a_shard_is_missing_or_at_another_commit(
+        commits: list[str | None]) -> None:
+    assert synced_at(BASE, 3, [shard_synced(i, 3, c) for i, c in enumerate(commits)]) is None
+
+
+def test_no_commit_while_a_shard_lease_does_not_exist_and_none_for_another_instance() -> None:
+    assert synced_at(BASE, 3, [shard_synced(i, 3, "c1") for i in range(2)]) is None
+    assert synced_at(BASE, 3, [shard_synced(i, 3, "c1", name="other") for i in range(3)]) \
+        is None
