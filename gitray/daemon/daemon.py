@@ -350,8 +350,9 @@ class Daemon:
             # the runs gitray started are a planning input too
             records = owned(self.wiring.progress(desired.config).list(), own)
             # refused against live state too (a cluster change under upgradeStrategy None)
-            plan, next_deletion = live_plan(self.kube, desired, records=records)
-            plan = owned_plan(plan, own)
+            plan, next_deletion = live_plan(self.kube, desired, records=records,
+                                            owns=own.owns if own.sharded else None)
+            plan = owned_plan(plan, own)  # (planned so already; the cut says it once more)
             self.signals.planned(sha, plan)  # (the first pass of a commit: what it changes)
         except ValidationError as e:
             self.state.update(refused=sha)

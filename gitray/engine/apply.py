@@ -121,20 +121,24 @@ def read_live(kube: Kube, desired: Desired) -> LiveState:
     return LiveState(tuple(o for o in live.objects if desired.config.allows(o.namespace)))
 
 
-def read_live_store(kube: Kube, desired: Desired) -> LiveStore:
+def read_live_store(kube: Kube, desired: Desired,
+                    owns: Callable[[ObjectKey], bool] | None = None) -> LiveStore:
     """The same objects as :func:`read_live`, kept compact by batch (one LIST page decoded
-    at a time)."""
+    at a time); with ``owns``, only those of the workloads it says yes to (a shard's part:
+    the others are dropped page by page, never kept)."""
     store = LiveStore()
     allows = desired.config.allows
     for page in live_pages(kube, desired.config, namespaces=_scope(desired),
                            desired_api_versions=_api_versions(desired),
                            gateway_needed_by=_incremental(desired)):
-        store.add(o for o in page if allows(o.namespace))
+        store.add(o for o in page if allows(o.namespace) and (
+            owns is None or (o.owner is not None and owns(o.owner))))
     return store
 
 
 def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None, *,
-              records: Sequence[Record]) -> tuple[Plan, float]:
+              records: Sequence[Record], owns: Callable[[ObjectKey], bool] | None = None
+              ) -> tuple[Plan, float]:
     """The plan against the live cluster, and the earliest persisted deletion deadline
     (wall time; inf when none). ``records``: the run records of the instance, for the runs
     gitray started (a RayJob run KubeRay deleted when it finished stays done).
@@ -142,13 +146,15 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     Planned one batch (namespace) at a time from a :class:`LiveStore`: only one batch's
     objects are ever decoded, so memory does not grow with the whole live state. The plan
     is the one ``compute_plan`` gives for all of it (tests/unit/plans/test_plan_batches.py).
+    ``owns``: only the workloads of a replica's shards are read and planned (and their
+    deletion deadlines counted); all when None.
     """
-    store = read_live_store(kube, desired)
+    store = read_live_store(kube, desired, owns)
     # without the Gateway API CRDs an incremental RayService is still planned, with a note
     absent = absent_apis(kube, [GATEWAY_API]) if _incremental(desired) else frozenset()
     planner = Planner(desired.workloads, desired.config,
                       now=(now or (lambda: datetime.now(UTC)))(), absent_apis=absent,
-                      remembered=remembered_runs(records))
+                      remembered=remembered_runs(records), owns=owns)
     deadline = math.inf
     by_key = {w.key: w for w in desired.workloads}
     kuberay = desired.result.kuberay or packaged(desired.config.kuberay_version)

@@ -23,11 +23,16 @@ manifest and the live objects it owns, and everything a workload owns lives in i
 So the live state may be given one namespace (or a few) at a time and freed after each:
 memory is bounded by the largest batch, and the plan is the same as planning everything at once
 (:func:`compute_plan` is the one-batch case).
+
+Planning a part (``owns``): a replica of a sharded ``gitray sync`` plans only the workloads of
+its shards. The revision is still judged whole (an empty revision, the inputs a workload's pods
+read from other workloads), but only the owned workloads and the live objects they own are
+planned: their plans are the ones planning everything would give them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -81,6 +86,7 @@ def compute_plan(
     label: str = "",
     absent_apis: frozenset[str] = frozenset(),
     remembered: Mapping[ObjectKey, Mapping[str, str]] | None = None,
+    owns: Callable[[ObjectKey], bool] | None = None,
 ) -> Plan:
     """The plan that brings ``live`` to ``desired``.
 
@@ -90,9 +96,10 @@ def compute_plan(
     none; a workload whose steps need them gets a note). ``remembered``: per RayJob, the runs
     gitray started (name -> outcome, from the run records): a remembered run that is gone
     stays done. Absent for previews that read no run records (``--against empty|REV``).
+    ``owns``: plan only the workloads it says yes to (a shard's part; all when None).
     """
     planner = Planner(desired, config, now=now, exact=exact, absent_apis=absent_apis,
-                      remembered=remembered or {})
+                      remembered=remembered or {}, owns=owns)
     namespaces = {w.key.namespace for w in desired}
     namespaces |= {batch_namespace(o.owner, o.namespace) for o in live.objects}
     planner.add(namespaces, live)
@@ -104,20 +111,25 @@ class Planner:
 
     :meth:`add` plans every workload of its namespaces (those in Git and those only the live
     state still has) and keeps only the resulting plans and the basis; :meth:`finish` plans
-    the namespaces no batch covered (against nothing live) and assembles the plan.
+    the namespaces no batch covered (against nothing live) and assembles the plan. ``owns``:
+    only the workloads it says yes to are planned (in Git or only live; all when None).
     """
 
     def __init__(self, desired: Sequence[Workload], config: Config, *, now: datetime,
                  exact: bool = False, absent_apis: frozenset[str] = frozenset(),
-                 remembered: Mapping[ObjectKey, Mapping[str, str]] | None = None) -> None:
+                 remembered: Mapping[ObjectKey, Mapping[str, str]] | None = None,
+                 owns: Callable[[ObjectKey], bool] | None = None) -> None:
         self._config, self._now, self._exact = config, now, exact
         self._remembered = remembered or {}
         self._absent_apis = absent_apis
+        self._owns = owns or (lambda _key: True)
         self._by_ns: dict[str, dict[ObjectKey, Workload]] = {}
-        for w in with_inputs(desired):  # what the pods use is part of the spec
-            self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
+        for w in with_inputs(desired):  # what the pods use is part of the spec (of every
+            if self._owns(w.key):  # workload: a mounted ConfigMap may be another's part)
+                self._by_ns.setdefault(w.key.namespace, {})[w.key] = w
         # an empty revision prunes nothing unless allowed; prune: false never prunes
-        self._prune = (bool(desired) or config.allow_empty) and config.prune
+        self._empty = not desired
+        self._prune = (not self._empty or config.allow_empty) and config.prune
         self._done: set[str] = set()
         self._plans: list[WorkloadPlan] = []
         self._refused: list[Diagnostic] = []
@@ -137,7 +149,8 @@ class Planner:
         desired: dict[ObjectKey, Workload] = {}
         for ns in batch:
             desired.update(self._by_ns.get(ns, {}))
-        removed = sorted(k for k in live.owners() if k.namespace in batch and k not in desired)
+        removed = sorted(k for k in live.owners()
+                         if k.namespace in batch and k not in desired and self._owns(k))
         self._removed += removed
         pruned = []
         for k in removed:
@@ -176,7 +189,7 @@ class Planner:
         removed = sorted(self._removed)
         if not removed:
             return []
-        if not self._by_ns and not self._config.allow_empty:
+        if self._empty and not self._config.allow_empty:
             return [f"this revision has no workloads: nothing is pruned ({len(removed)} live "
                     "workload(s) kept). Set allowEmpty: true to let an empty revision delete "
                     "everything."]
