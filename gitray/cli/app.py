@@ -91,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     repo_args(st)
     cluster_args(st)
     lease_namespace_arg(st)
+    st.add_argument("--lease-name", default=os.environ.get("GITRAY_LEASE_NAME", "gitray"),
+                    help="the Lease name of the gitray sync instance (its shards' owners)")
     st.add_argument("--dashboard", choices=[m.value for m in DashboardMode],
                     default=os.environ.get("GITRAY_DASHBOARD"))
     st.add_argument("--watch", nargs="?", const=2.0, default=None, type=_seconds,

@@ -389,7 +389,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     kube = Kube.connect(_kube_settings(args))
     try:
         show_status(kube, desired, _lease_namespace(args),
-                    Resolver(kube, _dashboard_mode(args)), args.watch)
+                    Resolver(kube, _dashboard_mode(args)), args.watch, args.lease_name)
     finally:
         kube.close()
     return EXIT_OK

@@ -1,7 +1,8 @@
 """``gitray status``: per workload, the synced revision, the running step, the active and
 pending clusters and its health (gitray.plans.health): a RayCluster's state and pods, a RayJob's
-latest run, a RayCronJob's schedule and runs, each Serve application of a RayService. I/O
-(reads records, live state, the RayCronJobs' runs and dashboards).
+latest run, a RayCronJob's schedule and runs, each Serve application of a RayService; for a
+sharded ``gitray sync``, each workload's shard and the replica holding it. I/O (reads records,
+live state, the instance's Leases, the RayCronJobs' runs and dashboards).
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from gitray.engine.controls import ControlStore, suspension
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
+from gitray.engine.shards import shard_label, shard_of
+from gitray.engine.shardview import LeaseSeen, lease_selector, shard_holders
 from gitray.k8s.client import Kube
+from gitray.k8s.election import LEASE_API_VERSION, LeaseRecord
 from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.plans.steptypes import StepType
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["StatusRow", "render_status", "show_status", "watch", "workload_status"]
+__all__ = ["StatusRow", "render_status", "shard_owners", "show_status", "watch",
+           "workload_status"]
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
@@ -41,6 +46,7 @@ class StatusRow:
     pending: str = "-"
     health: str = "-"
     reason: str = ""
+    owner: str = ""  # sharded: "<shard> <holder>" ("free" when no replica holds it)
 
 
 def _step(record: Record) -> str:
@@ -62,10 +68,25 @@ def _held(record: Record | None) -> str:
             f"`{step.params.get('approve')}`")
 
 
+def shard_owners(kube: Kube, lease_namespace: str, lease: str) -> Callable[[ObjectKey], str]:
+    """Each workload's shard and its holder, from one LIST of the instance's Leases; "" for
+    every workload when the instance is not sharded."""
+    items, _ = kube.list(LEASE_API_VERSION, "Lease", namespace=lease_namespace,
+                         label_selector=lease_selector(lease))
+    count, holders = shard_holders(lease, (LeaseSeen(
+        str((o.get("metadata") or {}).get("name")), LeaseRecord.from_spec(o.get("spec")).holder,
+        0, 0.0, (o.get("metadata") or {}).get("annotations") or {}) for o in items))
+    if count == 1:
+        return lambda _key: ""
+    return lambda key: (f"{shard_label(shard_of(key, count), count)} "
+                        f"{holders[shard_of(key, count)] or 'free'}")
+
+
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
-                    resolver: Resolver) -> list[StatusRow]:
+                    resolver: Resolver, lease: str = "gitray") -> list[StatusRow]:
     records = {r.key: r for r in RecordReader(kube, lease_namespace,
                                               desired.config.instance).list()}
+    owner = shard_owners(kube, lease_namespace, lease)
     controls = ControlStore(kube, lease_namespace).load_all()  # gitray suspend
     live = read_live(kube, desired)
     keys = sorted({w.key for w in desired.workloads} | set(records) | set(live.owners()))
@@ -86,14 +107,17 @@ def workload_status(kube: Kube, desired: Desired, lease_namespace: str,
         rows.append(StatusRow(key, record.revision[:12] if record else "-",
                               record.state.value if record else "never applied",
                               _step(record) if record else "-", active, pending, shown,
-                              reason))
+                              reason, owner(key)))
     return rows
 
 
 def render_status(rows: list[StatusRow]) -> str:
-    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "HEALTH")
-    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.health)
-                        for r in rows]
+    """The table; an OWNER column (shard and replica) when the instance is sharded."""
+    sharded = any(r.owner for r in rows)
+    header = ("WORKLOAD", "REVISION", "STATE", "STEP", "ACTIVE", "PENDING", "HEALTH",
+              *(("OWNER",) if sharded else ()))
+    table = [header] + [(str(r.key), r.revision, r.state, r.step, r.active, r.pending, r.health,
+                         *((r.owner,) if sharded else ())) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in table]
@@ -102,11 +126,11 @@ def render_status(rows: list[StatusRow]) -> str:
 
 
 def show_status(kube: Kube, desired: Desired, lease_namespace: str, resolver: Resolver,
-                every: float | None) -> None:
+                every: float | None, lease: str = "gitray") -> None:
     """Print the status table once, or (``every`` seconds) again and again until Ctrl-C (or
-    SIGTERM)."""
+    SIGTERM). ``lease``: the instance's Lease name (``gitray sync --lease-name``)."""
     def table() -> str:
-        return render_status(workload_status(kube, desired, lease_namespace, resolver))
+        return render_status(workload_status(kube, desired, lease_namespace, resolver, lease))
     if every is None:
         sys.stdout.write(table())
         return

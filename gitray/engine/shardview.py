@@ -38,6 +38,7 @@ __all__ = [
     "changes",
     "lease_label",
     "lease_selector",
+    "shard_holders",
     "synced_at",
     "view_of",
 ]
@@ -96,6 +97,23 @@ def view_of(lease: str, me: str, shards: int, seen: Iterable[LeaseSeen]) -> View
         elif s.holder and s.name == member_lease_name(lease, s.holder):
             members.append(Member(s.holder, _member_shards(s.annotations), s.lapses_at))
     return View(me, shards, count, tuple(members), tuple(claims))
+
+
+def shard_holders(lease: str, seen: Iterable[LeaseSeen]) -> tuple[int, dict[int, str]]:
+    """The shard count in force (the count Lease's; 1 without one) and each shard's holder
+    by its Lease ("" for a shard released or never taken): what ``gitray status`` shows of a
+    sharded instance. Lapse is not judged here (no clock): a holder that died is shown until
+    another replica takes its shard."""
+    seen = list(seen)
+    count = next((ShardCount.from_annotations(s.annotations) for s in seen
+                  if s.name == count_lease_name(lease)), None)
+    shards = count.shards if count is not None else 1
+    holders = dict.fromkeys(range(shards), "") if shards > 1 else {}
+    for s in seen:
+        parsed = parse_shard_lease_name(lease, s.name)
+        if parsed is not None and parsed[1] == shards > 1:
+            holders[parsed[0]] = s.holder
+    return shards, holders
 
 
 def synced_at(lease: str, shards: int, seen: Iterable[LeaseSeen]) -> str | None:

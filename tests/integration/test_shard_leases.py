@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from gitray.cli.status import shard_owners
 from gitray.core.errors import TransientError
+from gitray.core.model import ObjectKey
 from gitray.core.timefmt import utc_timestamp
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.owners import ShardOwner
@@ -43,6 +45,7 @@ from gitray.engine.shards import (
     member_lease_name,
     parse_shard_lease_name,
     shard_lease_name,
+    shard_of,
 )
 from gitray.engine.shardview import ANN_SYNCED, Changes, lease_selector
 from gitray.k8s.client import Kube
@@ -550,4 +553,18 @@ def test_the_commit_is_in_sync_once_every_shard_lease_says_so_and_shard_0_posts_
         assert len(posted[first.keeper.identity]) == 1
     finally:
         fleet.shutdown()
+    cluster.sampler.assert_clean()
+
+
+def test_gitray_status_names_each_workload_s_shard_and_the_replica_holding_it(
+        cluster: Cluster) -> None:
+    keys = [ObjectKey("RayService", "team", f"svc-{i}") for i in range(12)]
+    assert shard_owners(cluster.kube, cluster.namespace, BASE)(keys[0]) == ""  # not sharded (yet)
+    replicas = cluster.start(3, "a", "b")
+    converge(cluster, replicas, [1, 2])
+    owner = shard_owners(cluster.kube, cluster.namespace, BASE)
+    holder = {s: r.identity for r in replicas for s in r.held()}
+    for key in keys:
+        shard = shard_of(key, 3)
+        assert owner(key) == f"{shard}-of-3 {holder[shard]}"
     cluster.sampler.assert_clean()

@@ -16,6 +16,7 @@ from gitray.engine.shardview import (
     changes,
     lease_label,
     lease_selector,
+    shard_holders,
     synced_at,
     view_of,
 )
@@ -160,3 +161,26 @@ def test_no_commit_while_a_shard_lease_does_not_exist_and_none_for_another_insta
     assert synced_at(BASE, 3, [shard_synced(i, 3, "c1") for i in range(2)]) is None
     assert synced_at(BASE, 3, [shard_synced(i, 3, "c1", name="other") for i in range(3)]) \
         is None
+
+
+# ---- who holds what, for gitray status ----------------------------------------------------------
+
+
+def _count(shards_in_force: int) -> LeaseSeen:
+    return LeaseSeen(shards.count_lease_name(BASE), "", 0, 0.0,
+                     shards.ShardCount(shards_in_force, 0).to_annotations())
+
+
+def test_the_holders_of_the_count_in_force_free_shards_included() -> None:
+    seen = [_count(3), member(ME, "3"),
+            LeaseSeen(shards.shard_lease_name(BASE, 0, 3), ME, 4, 0.0),
+            LeaseSeen(shards.shard_lease_name(BASE, 2, 3), OTHER, 1, 0.0),
+            LeaseSeen(shards.shard_lease_name(BASE, 1, 2), OTHER, 9, 0.0)]  # (another count)
+    assert shard_holders(BASE, seen) == (3, {0: ME, 1: "", 2: OTHER})
+
+
+def test_unsharded_without_a_count_lease_or_with_a_garbled_one() -> None:
+    assert shard_holders(BASE, [LeaseSeen(BASE, ME, 1, 0.0)]) == (1, {})
+    garbled = LeaseSeen(shards.count_lease_name(BASE), "", 0, 0.0, {shards.ANN_SHARDS: "x"})
+    assert shard_holders(BASE, [garbled, LeaseSeen(shards.shard_lease_name(BASE, 0, 2), ME, 1,
+                                                   0.0)]) == (1, {})
