@@ -347,6 +347,9 @@ class Daemon:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
                                 warning.message)
             own = self.owner.ownership()  # (sharded: only the held shards' workloads below)
+            # a run ending after the live read below would be planned again from a stale read:
+            # its workload waits for the pass its end asks for
+            under_way = self.fleet.in_flight()
             # the runs gitray started are a planning input too
             records = owned(self.wiring.progress(desired.config).list(), own)
             # refused against live state too (a cluster change under upgradeStrategy None)
@@ -378,7 +381,7 @@ class Daemon:
         resume = resumable(plan, records)
         newest = trigger != "deletions"  # (a deletions pass may plan an older commit)
         self.dispatch.resume_released(plan, records, resume, newest)
-        in_flight = self.fleet.in_flight()
+        in_flight = {**under_way, **self.fleet.in_flight()}
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
                                        {*resume, *in_flight}, failed_before)
         if not any(w.steps for w in plan.workloads) and not resume:

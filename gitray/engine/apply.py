@@ -205,13 +205,14 @@ def resumable(plan: Plan, records: list[Record]) -> dict[ObjectKey, Record]:
     """Runs interrupted for the same desired spec: they continue from their cursor.
 
     A run that was ``running`` for the spec Git still wants resumes with its stored plan
-    (steps are idempotent, so repeating the interrupted one is safe). Anything else starts
-    afresh from the new plan, which was computed from the live state.
+    (steps are idempotent, so repeating the interrupted one is safe) — also one stopped after
+    its last step and before its end, which resuming ends. Anything else starts afresh from
+    the new plan, which was computed from the live state.
     """
     wanted = {w.key: w.desired_hash for w in plan.workloads}
     return {r.key: r for r in records
             if r.state is RunState.RUNNING and r.key in wanted and wanted[r.key]
-            and r.desired_hash == wanted[r.key] and r.cursor < len(r.plan.steps)}
+            and r.desired_hash == wanted[r.key]}
 
 
 def freeze(plan: Plan, config: Config, resume: Collection[ObjectKey],

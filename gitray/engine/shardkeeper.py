@@ -135,6 +135,8 @@ class ShardKeeper:
         live = self._kube.get_or_none(_API, _KIND, self._s.namespace, self._lease(shard))
         with self._lock:
             h = self._held.get(shard)
+        if h is None:  # released by this replica meanwhile (not "deleted and created again")
+            self._check_local(shard, epoch)
         problem = "it was deleted" if live is None else election.lost_because(
             live, self._s.identity, epoch, h.uid if h is not None else "")
         if problem:

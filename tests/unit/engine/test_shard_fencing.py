@@ -151,3 +151,23 @@ def test_a_reshard_resumes_every_record_under_a_higher_epoch() -> None:
         written = old[shard_of(key, 6)]
         resumed = next_epoch(None, base)  # the new count's Lease of its shard, taken first
         assert resumed > written, (key, shard_label(shard_of(key, 4), 4))
+
+
+def test_a_shard_released_during_the_fence_read_is_said_released_not_recreated(
+        keeper: ShardKeeper, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keeper's round releases the shard while a run's fence reads its Lease (seen in
+    tests/integration/test_shard_sync.py: "it was deleted and created again" for a Lease that
+    was only released by this very replica)."""
+    from gitray.engine import shardkeeper
+
+    keeper._held[2] = shardkeeper._Held(epoch=3, uid="u-1", renewed_at=keeper._clock(),
+                                        driving=True)
+
+    def read_while_released(*_: object) -> dict[str, object]:
+        keeper._held.pop(2)  # (the round's release, between the local check and the read)
+        return {"metadata": {"uid": "u-1"}, "spec": {"holderIdentity": ""}}
+
+    monkeypatch.setattr(keeper._kube, "get_or_none", read_while_released)
+    with pytest.raises(LeaseLostError, match="shard 2 of 6 is no longer driven by this "
+                                             "replica in epoch 3"):
+        keeper.ensure_held(2, 3)
