@@ -68,7 +68,7 @@ from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight
 from gitray.engine.health import health_by_workload
-from gitray.engine.ownership import Ownership, owned, owned_plan, posts_overall, shard_labels
+from gitray.engine.ownership import Ownership, owned, posts_overall, shard_labels
 from gitray.engine.record import RunState
 from gitray.engine.shards import shard_label
 from gitray.engine.wiring import Wiring
@@ -347,15 +347,12 @@ class Daemon:
                     log.warning("%s: %s: warning: %s", sha[:7], warning.location,
                                 warning.message)
             own = self.owner.ownership()  # (sharded: only the held shards' workloads below)
-            # a run ending after the live read below would be planned again from a stale read:
-            # its workload waits for the pass its end asks for
-            under_way = self.fleet.in_flight()
-            # the runs gitray started are a planning input too
-            records = owned(self.wiring.progress(desired.config).list(), own)
+            under_way = self.fleet.in_flight()  # (a run ending after the live read below is
+            # planned by the pass its end asks for, never again from this stale read)
+            records = owned(self.wiring.progress(desired.config).list(), own)  # (an input too)
             # refused against live state too (a cluster change under upgradeStrategy None)
             plan, next_deletion = live_plan(self.kube, desired, records=records,
                                             owns=own.owns if own.sharded else None)
-            plan = owned_plan(plan, own)  # (planned so already; the cut says it once more)
             self.signals.planned(sha, plan)  # (the first pass of a commit: what it changes)
         except ValidationError as e:
             self.state.update(refused=sha)

@@ -8,24 +8,24 @@ the one shard is the Lease, and the leader owns everything: every function here 
 its input as it is, so an unsharded daemon plans, labels and posts exactly as before.
 
 Everything gitray does for a workload is done by the holder of its shard (docs/sharding.md):
-:func:`owned_plan` keeps the plan's workloads (new runs, resumed runs, deletions of old
-clusters, pruning of workloads gone from Git — each keyed by its workload), :func:`owned`
-keeps run records or workloads, and :func:`shard_labels` is the ``gitray.io/shard`` label of
-the objects created for a shard's workloads (none when unsharded), added by :func:`labelled`.
+:meth:`Ownership.owns` is what the planner plans (new runs, resumed runs, deletions of old
+clusters, pruning of workloads gone from Git — each keyed by its workload; the Planner's
+``owns``), :func:`owned` keeps run records or workloads, and :func:`shard_labels` is the
+``gitray.io/shard`` label of the objects created for a shard's workloads (none when
+unsharded), added by :func:`labelled`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from gitray.core.model import ObjectKey
 from gitray.engine.shards import LABEL_SHARD, check_shards, shard_label, shard_of
-from gitray.plans.plan import Plan
 
-__all__ = ["Keyed", "Ownership", "in_shards", "labelled", "owned", "owned_plan",
-           "posts_overall", "shard_labels"]
+__all__ = ["Keyed", "Ownership", "in_shards", "labelled", "owned", "posts_overall",
+           "shard_labels"]
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,6 @@ def owned(items: Iterable[K], own: Ownership) -> list[K]:
     all of them when unsharded (the one Lease is checked where it always was: by the pass
     that starts and the fence of every write)."""
     return [i for i in items if not own.sharded or own.owns(i.key)]
-
-
-def owned_plan(plan: Plan, own: Ownership) -> Plan:
-    """``plan`` with only the workloads ``own`` holds; ``plan`` itself when unsharded."""
-    if not own.sharded:
-        return plan
-    return replace(plan, workloads=tuple(owned(plan.workloads, own)))
 
 
 def in_shards(keys: Iterable[ObjectKey], shards: Iterable[int], count: int

@@ -10,12 +10,10 @@ One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops th
 2. the shard Leases it holds renewed (with the commit it last found them in sync at, when it
    has one); one whose Lease names another holder, moved to another epoch or was deleted is
    lost; this replica's member Lease written (created, or renewed with its count);
-4. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
-   epoch ``next_epoch``; a take lost to another replica's compare-and-swap costs a request
-   and the next free shard is tried;
-5. the gate: a shard taken is driven only once a LIST made *after* taking it passes
-   ``may_drive`` (read again at once after a round's takes);
-6. member Leases lapsed for ``forget_after_s`` are deleted.
+3. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
+   epoch ``next_epoch``; a take lost to another's compare-and-swap tries the next free shard;
+4. the gate: a shard taken is driven only once a LIST made *after* taking it passes
+   ``may_drive`` (read again at once after a round's takes); 5. lapsed members are deleted.
 
 Every write is a ``replace`` carrying the ``resourceVersion`` listed (compare-and-swap) or a
 ``create``; a lost compare-and-swap is not an error, the next round reads again. When the API

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from gitray.daemon.dispatch import Dispatcher
 from gitray.daemon.settings import DaemonSettings
 from gitray.engine.executor import Outcome, WorkloadOutcome
 from gitray.engine.fleet import Fleet
-from gitray.engine.ownership import Ownership, owned_plan
+from gitray.engine.ownership import Ownership, owned
 from gitray.engine.shards import shard_of
 from gitray.engine.wiring import ExecSettings
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
@@ -137,7 +138,7 @@ def test_each_shards_runs_get_an_executor_of_their_own() -> None:
 
 def test_a_replica_runs_only_its_shards_workloads() -> None:
     own = Ownership(4, {1: 3, 3: 8})
-    mine = owned_plan(PLAN, own)
+    mine = replace(PLAN, workloads=tuple(owned(PLAN.workloads, own)))
     built, ended = _dispatch(mine, own.shard)
     assert sorted(ended) == sorted(k for k in KEYS if shard_of(k, 4) in {1, 3})
     assert {e.shard for e in built} <= {1, 3}

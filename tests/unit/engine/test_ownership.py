@@ -17,7 +17,6 @@ from gitray.engine.ownership import (
     in_shards,
     labelled,
     owned,
-    owned_plan,
     posts_overall,
     shard_labels,
 )
@@ -32,15 +31,21 @@ from tests.unit.plans.test_plan_batches import _fleet
 S = 3
 
 
-@pytest.fixture(scope="module")
-def plan() -> Plan:
+def _planned(own: Ownership | None = None) -> Plan:
     """A pass of three namespaces: new, changed, drifted and unchanged workloads, one gone from
-    Git (pruned), one only the cluster still has, an old RayService cluster due for deletion."""
+    Git (pruned), one only the cluster still has, an old RayService cluster due for deletion;
+    planned whole, or (``own``) only the workloads of the held shards, as a sharded replica
+    plans them (the Planner's ``owns``)."""
     desired, state = _fleet()
     retired = cluster_for(rayservice("svc", "gamma", image="ray:prev"),
                           delete_after="2020-01-01T00:00:00Z")  # (due)
     return compute_plan(desired, with_objects(state, retired), CONFIG, revision="r",
-                        against="live", now=NOW)
+                        against="live", now=NOW, owns=own.owns if own is not None else None)
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return _planned()
 
 
 def _record(key: ObjectKey) -> Record:
@@ -63,16 +68,15 @@ def test_the_fleet_has_workloads_in_every_shard_and_each_kind_of_work(plan: Plan
 @pytest.mark.parametrize("held", [{0: 4}, {1: 7}, {0: 4, 2: 9}, {0: 1, 1: 1, 2: 1}])
 def test_a_replica_plans_exactly_the_workloads_of_its_shards(plan: Plan,
                                                               held: dict[int, int]) -> None:
-    mine = owned_plan(plan, Ownership(S, held))
+    mine = _planned(Ownership(S, held))
     assert [w.key for w in mine.workloads] == [
         w.key for w in plan.workloads if shard_of(w.key, S) in held]
     assert mine.workloads == tuple(w for w in plan.workloads if shard_of(w.key, S) in held)
-    assert (mine.revision, mine.against, mine.basis) == (plan.revision, plan.against,
-                                                         plan.basis)
+    assert (mine.revision, mine.against) == (plan.revision, plan.against)
 
 
 def test_the_shards_of_all_replicas_together_plan_every_workload_once(plan: Plan) -> None:
-    parts = [owned_plan(plan, Ownership(S, {s: 1})).workloads for s in range(S)]
+    parts = [_planned(Ownership(S, {s: 1})).workloads for s in range(S)]
     together = sorted((w for part in parts for w in part), key=lambda w: w.key)
     assert together == sorted(plan.workloads, key=lambda w: w.key)
 
@@ -85,19 +89,14 @@ def test_a_workload_of_a_shard_not_held_is_neither_pruned_nor_its_old_cluster_de
     assert deleting
     for w in deleting:
         others = {s: 1 for s in range(S) if s != shard_of(w.key, S)}
-        assert owned_plan(plan, Ownership(S, others)).workload(w.key) is None
-        assert owned_plan(plan, Ownership(S, {shard_of(w.key, S): 1})).workload(w.key) == w
+        assert _planned(Ownership(S, others)).workload(w.key) is None
+        assert _planned(Ownership(S, {shard_of(w.key, S): 1})).workload(w.key) == w
 
 
 def test_a_replica_holding_no_shard_plans_nothing(plan: Plan) -> None:
-    assert owned_plan(plan, Ownership(S, {})).workloads == ()
+    assert _planned(Ownership(S, {})).workloads == ()
 
 
-def test_unsharded_the_plan_is_returned_as_it_is_leading_or_not(plan: Plan) -> None:
-    assert owned_plan(plan, Ownership(1, {0: 3})) is plan
-    # (whether the one Lease is held is checked where it always was: before the pass, and
-    # by the fence of every write)
-    assert owned_plan(plan, Ownership(1, {})) is plan
 
 
 # ---- run records and other keyed things -------------------------------------------------------
