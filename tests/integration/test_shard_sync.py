@@ -30,7 +30,13 @@ from gitray.engine.progress import RecordReader
 from gitray.engine.shards import LABEL_SHARD, shard_label, shard_of
 from testenv.helpers import TestEnv, WaitTimeout, make_namespace, wait_for
 from testenv.manifests import cluster_spec, dump, gitray_config
-from tests.integration.chaos import Replica, holder_pid, lease_holder, start_replica
+from tests.integration.chaos import (
+    STEP_LINE,
+    Replica,
+    holder_pid,
+    lease_holder,
+    start_replica,
+)
 from tests.integration.gitops import GitOpsRepo
 from tests.integration.test_daemon import push
 from tests.integration.test_shard_leases import Cluster
@@ -130,18 +136,26 @@ class Instance:
 
     def drivers(self, step: str, since: float
                 ) -> dict[ObjectKey, dict[str, tuple[float, float, int]]]:
-        """Workload -> replica -> (first, last) time of its lines of ``step`` at or after
-        ``since`` and how often it was done, for the replicas that logged it done."""
+        """Workload -> replica -> (first, last) time it drove ``step`` at or after ``since``
+        (from its step lines to the line saying its run stopped, if any) and how often it
+        logged the step done."""
         found: dict[ObjectKey, dict[str, tuple[float, float, int]]] = {}
         for r in self.replicas:
-            lines: dict[ObjectKey, list[tuple[float, bool]]] = {}
-            for line, _, _, kind, done in r.step_lines(since=since):
-                if kind == step:
+            seen: dict[ObjectKey, list[tuple[float, bool]]] = {}
+            for line in r.lines():
+                m = STEP_LINE.search(line.msg)
+                if line.time < since:
+                    continue
+                if m is not None and m.group(3) == step:
                     key = ObjectKey.parse(line.msg.split(" step ", 1)[0])
-                    lines.setdefault(key, []).append((line.time, done))
-            for key, seen in lines.items():
-                if dones := sum(done for _, done in seen):
-                    found.setdefault(key, {})[r.name] = (seen[0][0], seen[-1][0], dones)
+                    seen.setdefault(key, []).append((line.time, m.group(4) == ":"))
+                elif line.msg.startswith("sync of "):  # (stopped, interrupted: the span's end)
+                    for key, times in seen.items():
+                        if f" {key}" in line.msg:
+                            times.append((line.time, False))
+            for key, times in seen.items():
+                found.setdefault(key, {})[r.name] = (times[0][0], times[-1][0],
+                                                     sum(done for _, done in times))
         return found
 
     def close(self) -> None:
@@ -162,12 +176,15 @@ def instance(apiserver: TestEnv, api_namespace: str, remote: tuple[Path, GitOpsR
 
 def driven_apart(inst: Instance, step: str, since: float, image: str
                  ) -> dict[ObjectKey, dict[str, tuple[float, float, int]]]:
-    """Every workload converged to ``image``, its ``step`` never driven by two replicas at
-    once: who drove it (``Instance.drivers``)."""
-    wait_for(lambda: inst.converged(image), timeout=90, interval=0.5,
-             what=f"all {N} RayClusters on {image}")
-    drivers = inst.drivers(step, since)
-    assert sorted(drivers) == sorted(inst.keys), sorted(set(inst.keys) - set(drivers))
+    """Every workload converged to ``image`` and its ``step`` logged done, never driven by two
+    replicas at once: who drove it (``Instance.drivers``)."""
+    def done() -> dict[ObjectKey, dict[str, tuple[float, float, int]]] | None:
+        drivers = inst.drivers(step, since)
+        return drivers if inst.converged(image) and all(
+            sum(n for _, _, n in drivers.get(k, {}).values()) for k in inst.keys) else None
+    drivers = wait_for(done, timeout=90, interval=0.5,
+                       what=f"all {N} RayClusters on {image}, {step} logged done")
+    assert sorted(drivers) == sorted(inst.keys), sorted(set(drivers) - set(inst.keys))
     for key, spans in drivers.items():
         assert all(a[1] < b[0] for a, b in pairwise(sorted(spans.values()))), (key, spans)
     return drivers
