@@ -38,7 +38,7 @@ from tests.integration.chaos import (
     start_replica,
 )
 from tests.integration.gitops import GitOpsRepo
-from tests.integration.test_daemon import push
+from tests.integration.test_daemon import notes, push
 from tests.integration.test_shard_leases import Cluster
 
 S = 6
@@ -47,6 +47,19 @@ LEASE_S, RENEW_S, RETRY_S = 8, 6.0, 1.0  # (chaos.start_replica's: a loaded 2-co
 IMAGES = [f"rayproject/ray:2.6{i}.0" for i in range(4)]
 TIMING = ("--lease-duration", str(LEASE_S), "--renew-deadline", str(RENEW_S),
           "--retry-period", str(RETRY_S))
+
+
+def in_sync(inst: Instance, sha: str, says: str) -> None:
+    """Every workload's commit status and the commit's overall one are success, the overall
+    one saying ``says`` (git notes on the remote, written by whichever replica posted)."""
+    contexts = {f"gitray/{k.namespace}/RayCluster/{k.name}" for k in inst.keys}
+
+    def posted() -> bool:
+        seen = notes(inst.bare, sha)
+        return all(seen.get(c, {}).get("state") == "success" for c in contexts) \
+            and seen.get("gitray", {}).get("state") == "success"
+    wait_for(posted, timeout=60, interval=0.5, what=f"the statuses of {sha[:7]}")
+    assert says in notes(inst.bare, sha)["gitray"]["description"]
 
 
 class Instance:
@@ -67,7 +80,8 @@ class Instance:
         docs = [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
                  "metadata": {"name": k.name, "namespace": k.namespace},
                  "spec": cluster_spec(image, suspend=True)} for k in self.keys]
-        config = gitray_config(allowed=self.spaces, instance=self.instance)
+        config = gitray_config(allowed=self.spaces, instance=self.instance,
+                               status={"provider": "git-notes"})
         return push(self.work, f"clusters on {image}",
                     {"gitray.yaml": config, "clusters.yaml": dump(*docs)})
 
@@ -243,8 +257,11 @@ def test_three_replicas_share_six_shards_and_survive_a_sigkill(instance: Instanc
     inst = instance
     (a, victim, c), balanced = balanced_three(inst)
     since = time.time()
-    inst.commit(IMAGES[1])  # balanced: each workload driven by its shard's holder alone
-    check_driven(inst, "update-cluster", since, IMAGES[1], once=True)
+    second = inst.commit(IMAGES[1])  # balanced: each workload driven by its shard's holder
+    check_driven(inst, "update-cluster", since, IMAGES[1], once=True)  # alone
+    # each replica posts its workloads' statuses; shard 0's holder the commit's, once every
+    # shard Lease says the commit is in sync there
+    in_sync(inst, second, f"in sync at {second[:7]} (all {S} shards)")
     tally = Counter(min(v) for v in inst.drivers("update-cluster", since).values())
     assert sorted(tally) == ["a", "b", "c"], tally
 
@@ -259,8 +276,9 @@ def test_three_replicas_share_six_shards_and_survive_a_sigkill(instance: Instanc
     assert len(lost) == 2 and all(after[s][1] == epochs[s][1] + 1 for s in lost), (epochs,
                                                                                    after)
     since = time.time()
-    inst.commit(IMAGES[2])
+    third = inst.commit(IMAGES[2])
     check_driven(inst, "update-cluster", since, IMAGES[2], once=True)
+    in_sync(inst, third, f"(all {S} shards)")  # (shard 0's holder may be a new one)
     print(f"balanced {balanced:.1f} s after the first start; shards {lost} of the SIGKILLed "
           f"replica taken {took:.1f} s after the kill; updates per replica {dict(tally)}")
 
@@ -297,7 +315,7 @@ def test_sigterm_hands_the_shards_over_at_once_and_a_newcomer_gets_its_share(
 def test_one_shard_is_the_one_lease_as_before(instance: Instance) -> None:
     inst = instance
     since = time.time()
-    inst.commit(IMAGES[0])
+    first = inst.commit(IMAGES[0])
     a, b = inst.start("a", shards=1), inst.start("b", shards=1)
     wait_for(lambda: inst.converged(IMAGES[0]), timeout=90, what="all RayClusters created")
     holder, _ = lease_holder(inst.env, inst.ns)
@@ -318,6 +336,7 @@ def test_one_shard_is_the_one_lease_as_before(instance: Instance) -> None:
     assert all(list(v) == [leader.name] and v[leader.name][2] == 1 for v in drivers.values()), \
         drivers
     assert inst.leases.holders(S) == {}
+    in_sync(inst, first, f"{N} workload(s) in sync at {first[:7]}")  # (the leader's, as before)
 
 
 def test_resharding_six_to_four_by_a_rolling_restart(instance: Instance) -> None:
