@@ -386,6 +386,8 @@ class Daemon:
             # sync": its failure status stands (e.g. for a new leader polling that commit)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \
                     and not in_flight and not paused:
+                # (a shard lost while this pass planned is its next holder's to report)
+                own = own.still_held(self.owner.ownership())
                 self.owner.mark_synced(own, sha)  # (sharded: the overall success, when all are)
                 self.verdicts.converged(sha, owned_desired(desired, own))
             return []

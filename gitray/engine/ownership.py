@@ -53,6 +53,12 @@ class Ownership:
         """The epoch of the Lease of ``key``'s shard (None: not held)."""
         return self.held.get(self.shard(key))
 
+    def still_held(self, now: Ownership) -> Ownership:
+        """The shards of this ownership that ``now`` still holds in the same epoch: what a
+        pass planned with this one may still report on when it ends (a shard lost meanwhile
+        is its next holder's to report)."""
+        return replace(self, held={s: e for s, e in self.held.items() if now.held.get(s) == e})
+
     def describe(self) -> dict[str, object]:
         """For ``/readyz``: the count and each held shard (``2-of-6``) with its epoch."""
         return {"count": self.count, "held": {

@@ -126,6 +126,15 @@ def test_ownership_answers_per_workload_with_its_shards_epoch() -> None:
     assert Ownership(1, {0: 7}).owns(other) and not Ownership(1, {}).owns(other)
 
 
+def test_a_pass_reports_only_the_shards_still_held_in_the_epoch_it_planned_them() -> None:
+    planned = Ownership(6, {1: 0, 2: 0, 4: 0})
+    now = Ownership(6, {1: 0, 4: 1, 5: 2})  # 2 lost, 4 lost and taken back, 5 gained
+    assert planned.still_held(now) == Ownership(6, {1: 0})
+    assert planned.still_held(planned) == planned
+    assert planned.still_held(Ownership(6, {})) == Ownership(6, {})
+    assert Ownership(1, {0: 3}).still_held(Ownership(1, {0: 3})) == Ownership(1, {0: 3})
+
+
 @pytest.mark.parametrize("count", [0, -1, 65])
 def test_an_impossible_shard_count_is_refused(count: int) -> None:
     with pytest.raises(ConfigError):
