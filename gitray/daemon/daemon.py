@@ -382,12 +382,10 @@ class Daemon:
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
                                        {*resume, *in_flight}, failed_before)
         if not any(w.steps for w in plan.workloads) and not resume:
-            # "nothing to do" because a workload already failed at this revision is not "in
-            # sync": its failure status stands (e.g. for a new leader polling that commit)
+            # (a workload that failed at this revision before is not "in sync": its failure stands)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \
                     and not in_flight and not paused:
-                # (a shard lost while this pass planned is its next holder's to report)
-                own = own.still_held(self.owner.ownership())
+                own = own.still_held(self.owner.ownership())  # (lost ones: the next holder's)
                 self.owner.mark_synced(own, sha)  # (sharded: the overall success, when all are)
                 self.verdicts.converged(sha, owned_desired(desired, own))
             return []

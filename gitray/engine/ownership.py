@@ -18,7 +18,7 @@ unsharded), added by :func:`labelled`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from gitray.core.model import ObjectKey
