@@ -22,10 +22,11 @@ from gitray.engine.controls import ControlStore, suspension
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
+from gitray.engine.shardkeeper import lease_seen
 from gitray.engine.shards import shard_label, shard_of
-from gitray.engine.shardview import LeaseSeen, lease_selector, shard_holders
+from gitray.engine.shardview import lease_selector, shard_holders
 from gitray.k8s.client import Kube
-from gitray.k8s.election import LEASE_API_VERSION, LeaseRecord
+from gitray.k8s.election import LEASE_API_VERSION
 from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.plans.steptypes import StepType
 from gitray.ray.dashboard import Resolver
@@ -73,13 +74,14 @@ def shard_owners(kube: Kube, lease_namespace: str, lease: str) -> Callable[[Obje
     every workload when the instance is not sharded."""
     items, _ = kube.list(LEASE_API_VERSION, "Lease", namespace=lease_namespace,
                          label_selector=lease_selector(lease))
-    count, holders = shard_holders(lease, (LeaseSeen(
-        str((o.get("metadata") or {}).get("name")), LeaseRecord.from_spec(o.get("spec")).holder,
-        0, 0.0, (o.get("metadata") or {}).get("annotations") or {}) for o in items))
+    count, holders = shard_holders(lease, map(lease_seen, items))
     if count == 1:
         return lambda _key: ""
-    return lambda key: (f"{shard_label(shard_of(key, count), count)} "
-                        f"{holders[shard_of(key, count)] or 'free'}")
+
+    def owner(key: ObjectKey) -> str:
+        shard = shard_of(key, count)
+        return f"{shard_label(shard, count)} {holders[shard] or 'free'}"
+    return owner
 
 
 def workload_status(kube: Kube, desired: Desired, lease_namespace: str,

@@ -3,27 +3,24 @@ Does I/O (the API server, through :class:`~gitray.k8s.client.Kube`).
 
 One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops them):
 
-1. one LIST of the instance's Leases by label (:func:`~gitray.engine.shardview.lease_selector`;
-   plus a GET of the unsharded Lease ``<lease>`` while it is not among them: an older release
-   created it without the label), each record noted with an ``Observation`` so a claim lapses
-   its duration after *this* process saw it change (client-go's rule, as in ``election.py``);
+1. one LIST of the instance's Leases by label (and a GET of an unlabelled ``<lease>`` of an
+   older release), each noted with an ``Observation``: a claim lapses its duration after
+   *this* process saw it change (client-go's rule, as in ``election.py``);
 2. the shard Leases it holds renewed (with the commit it last found them in sync at, when it
    has one); one whose Lease names another holder, moved to another epoch or was deleted is
    lost; this replica's member Lease written (created, or renewed with its count);
 3. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
    epoch ``next_epoch``; a take lost to another's compare-and-swap tries the next free shard;
 4. the gate: a shard taken is driven only once a LIST made *after* taking it passes
-   ``may_drive`` (read again at once after a round's takes); 5. lapsed members are deleted.
+   ``may_drive`` (read again at once after a round's takes); 5. lapsed members deleted.
 
-Every write is a ``replace`` carrying the ``resourceVersion`` listed (compare-and-swap) or a
-``create``; a lost compare-and-swap is not an error, the next round reads again. When the API
-server does not answer, the error is logged once per outage and the round ends; a held shard
-whose renew deadline passes without a successful renew is given up, and ``shards()`` never
-reports one past its deadline, even between rounds (it judges by the clock when asked).
+Writes are compare-and-swap ``replace``s or ``create``s (a lost one is not an error); API
+errors are logged once per outage; a shard is given up at its renew deadline, never after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -42,7 +39,7 @@ from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseRecord, LeaseSettings
 from gitray.k8s.lease import create_lease
 
-__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardFence", "ShardKeeper"]
+__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardFence", "ShardKeeper", "lease_seen"]
 
 FORGET_AFTER_S = 300.0  # a member Lease lapsed this long is deleted (restarts make new ones)
 
@@ -75,6 +72,13 @@ def _record_of(obj: Mapping[str, Any]) -> LeaseRecord:
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
+
+
+def lease_seen(obj: Mapping[str, Any], lapses_at: float = 0.0) -> shardview.LeaseSeen:
+    """A Lease as read; ``lapses_at`` 0 for a reader that judges no lapse (``gitray status``)."""
+    meta, record = _meta(obj), _record_of(obj)
+    return shardview.LeaseSeen(str(meta.get("name")), record.holder, record.transitions,
+                               lapses_at, dict(meta.get("annotations") or {}))
 
 
 class ShardKeeper:
@@ -270,9 +274,7 @@ class ShardKeeper:
             record = _record_of(obj)
             obs = self._observed.setdefault(name, election.Observation(self._s.lease_duration_s))
             obs.see(record, now)
-            annotations = dict(_meta(obj).get("annotations") or {})
-            seen.append(shardview.LeaseSeen(name, record.holder, record.transitions,
-                                            obs.lapses_at(), annotations))
+            seen.append(lease_seen(obj, obs.lapses_at()))
         for gone in set(self._observed) - set(listed):
             del self._observed[gone]
         self.synced = shardview.synced_at(self._s.name, self._count, seen)
@@ -420,12 +422,10 @@ class ShardKeeper:
         for identity in sharding.forgotten_members(view, now, self._forget_after_s):
             name = sharding.member_lease_name(self._s.name, identity)
             version = str(_meta(listed.get(name) or {}).get("resourceVersion") or "")
-            try:  # only the version read: a Lease renewed since then stays
-                if self._kube.delete(_API, _KIND, self._s.namespace, name,
+            with contextlib.suppress(ConflictError):  # (only the version read: one renewed
+                if self._kube.delete(_API, _KIND, self._s.namespace, name,  # since then stays)
                                      resource_version=version or None):
                     log.info("deleted the member Lease %s of %s (lapsed)", name, identity)
-            except ConflictError:
-                pass
 
     def _report_foreign(self, view: sharding.View, now: float) -> None:
         foreign = tuple(f"{c.shard}-of-{c.shards} held by {c.holder}"
