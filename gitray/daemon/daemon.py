@@ -96,7 +96,6 @@ class Daemon:
         self.signals = Signals(self.metrics, settings.overrides, redact_url(settings.repo))
         self.kube = Kube.connect(settings.kube)
         self.wiring = Wiring(self.kube, settings.execution)
-        self.lease = self.wiring.lease
         self.events = EventRecorder(self.kube, settings.execution.identity)
         self.state = StateBox()  # shared by the jobs, the webhook and the probes
         self.revisions = Revisions()  # the last commit's files, each file's validated result
@@ -170,11 +169,12 @@ class Daemon:
         self.fleet.stop()  # a run still queued never starts
         self.wiring.interrupt()  # a step waiting now ends at once
         self.scheduler.shutdown(wait=False)
-        with self._lock:  # a pass planning now ends
-            pass
-        # the parked runs are left as they are, the runs on workers stop at their next
-        # progress point: their records "running" for the next leader ("sync of ...
-        # interrupted" for each; bounded: run records are durable)
+        if not self._lock.acquire(timeout=STOP_GRACE_S / 4):  # a pass planning now ends, or
+            log.warning("a sync pass is still planning: handing over without waiting for it")
+        else:  # is left behind (the fleet is stopped: its runs never start)
+            self._lock.release()
+        # the parked runs are left as they are, the runs on workers stop at their next progress
+        # point: records "running" for the next leader ("sync of ... interrupted" for each)
         self.fleet.hand_over()
         if not self.fleet.wait(STOP_GRACE_S / 2):
             log.warning("runs still stopping: %s", ", ".join(

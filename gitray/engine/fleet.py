@@ -202,8 +202,9 @@ class Fleet:
                 self._parked.pop(key, None)
 
     def dispatch(self, wp: WorkloadPlan, sha: str, trigger: str, run: Run) -> bool:
-        """Start ``run`` for ``wp`` at ``sha`` on a worker (False: one is in flight). A
-        released parked run goes on with its own flight (its commit and trigger)."""
+        """Start ``run`` for ``wp`` at ``sha`` on a worker (False: one is in flight, or the
+        fleet is shut down). A released parked run goes on with its own flight (its commit and
+        trigger)."""
         with self._lock:
             parked = self._parked.get(wp.key)
             if wp.key in self._flights or (parked is not None and not parked.released):
@@ -212,8 +213,11 @@ class Fleet:
                 flight = self._parked.pop(wp.key).flight
             else:
                 flight = Flight(sha, wp.desired_hash, wp.wave, self._monotonic(), trigger)
+            try:
+                self._futures[wp.key] = self._pool.submit(self._run, wp.key, flight, run)
+            except RuntimeError:  # shut down (a pass left behind by the hand-over): no run
+                return False
             self._flights[wp.key] = flight
-            self._futures[wp.key] = self._pool.submit(self._run, wp.key, flight, run)
             return True
 
     def stepped(self, key: ObjectKey, step: str) -> bool:

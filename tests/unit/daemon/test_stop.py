@@ -1,0 +1,99 @@
+"""The hand-over on SIGTERM (``Daemon.stop``) is bounded by a pass still planning: at 10,000
+workloads a pass plans for tens of seconds, and the shards (or the Lease) must go to the other
+replicas at once, not after it. The pass left behind starts no run: the fleet is stopped.
+
+No API server is needed: the Daemon's Kubernetes client connects lazily (its kubeconfig names a
+closed loopback port) and nothing here holds a Lease."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gitray.core.model import ObjectKey
+from gitray.daemon import daemon as daemon_module
+from gitray.daemon.daemon import Daemon
+from gitray.daemon.settings import DaemonSettings
+from gitray.engine.executor import WorkloadOutcome
+from gitray.engine.fleet import Fleet
+from gitray.engine.wiring import ExecSettings
+from gitray.k8s.settings import KubeSettings
+from gitray.plans.plan import Action, WorkloadPlan
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Daemon:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{_closed_port()}"}}}}]
+users: [{{name: u, user: {{}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+current-context: c
+""")
+    settings = DaemonSettings(
+        repo=str(tmp_path / "repo"), http_host="127.0.0.1", http_port=0,
+        execution=ExecSettings(lease_namespace="gitray", identity="replica-a"),
+        kube=KubeSettings(kubeconfig=str(kubeconfig)), cache_dir=tmp_path / "cache")
+    d = Daemon(settings)
+    d.http.start()
+    d.scheduler.start()
+    return d
+
+
+def test_stop_hands_over_without_waiting_for_a_pass_still_planning(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(daemon_module, "STOP_GRACE_S", 2.0)  # waits for a pass 0.5 s at most
+    planning = threading.Event()
+    done = threading.Event()
+
+    def a_long_pass() -> None:
+        with daemon._lock:  # what ``Daemon.sync`` holds while it plans
+            planning.set()
+            done.wait(30)
+
+    passing = threading.Thread(target=a_long_pass, daemon=True)
+    passing.start()
+    assert planning.wait(5)
+    stopper = threading.Thread(target=daemon.stop, daemon=True)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="gitray.sync"):
+        stopper.start()
+        stopper.join(10)
+    try:
+        assert not stopper.is_alive(), "stop() waited for the pass"
+        assert time.monotonic() - started < 10
+        assert passing.is_alive()  # the pass was still planning when stop() returned
+        assert "still planning" in caplog.text
+    finally:
+        done.set()
+        passing.join(5)
+
+
+def test_a_pass_left_behind_starts_no_run_on_the_stopped_fleet() -> None:
+    ran: list[ObjectKey] = []
+    ended: list[ObjectKey] = []
+    fleet = Fleet(2, lambda key, flight, outcome: ended.append(key))
+    fleet.shutdown()
+    key = ObjectKey("RayCluster", "team-a", "c1")
+    wp = WorkloadPlan(key=key, action=Action.CREATE, wave=0, desired_hash="h")
+
+    def run() -> WorkloadOutcome:
+        ran.append(key)
+        raise AssertionError("a run started on a stopped fleet")
+
+    assert fleet.dispatch(wp, "a" * 40, "push", run) is False  # not an error: said no
+    assert fleet.in_flight() == {}
+    assert ran == [] and ended == []
