@@ -213,11 +213,12 @@ class Fleet:
                 flight = self._parked.pop(wp.key).flight
             else:
                 flight = Flight(sha, wp.desired_hash, wp.wave, self._monotonic(), trigger)
+            self._flights[wp.key] = flight  # (first: a Ctrl-C may land as the worker starts)
             try:
                 self._futures[wp.key] = self._pool.submit(self._run, wp.key, flight, run)
             except RuntimeError:  # shut down (a pass left behind by the hand-over): no run
+                del self._flights[wp.key]
                 return False
-            self._flights[wp.key] = flight
             return True
 
     def stepped(self, key: ObjectKey, step: str) -> bool:
