@@ -65,6 +65,9 @@ class Verdicts:
         self._lock = threading.Lock()
         self._tallies: dict[str, _Tally] = {}
         self._last: dict[ObjectKey, Outcome] = {}  # each workload's last outcome (metrics)
+        # the commit last converged and its workloads then (sharded: a replica's own; shards
+        # gained at that commit bring workloads that have no rows and statuses here yet)
+        self._converged: tuple[str, frozenset[ObjectKey]] = ("", frozenset())
 
     def dispatched(self, sha: str, started: Collection[ObjectKey], left: bool) -> None:
         """A pass of ``sha`` started ``started``; ``left``: it left workloads unstarted."""
@@ -135,17 +138,22 @@ class Verdicts:
         return hold_back(plan, held), held
 
     def converged(self, sha: str, desired: Desired) -> None:
-        """A pass of ``sha`` found nothing to do and nothing in flight: in sync."""
+        """A pass of ``sha`` found nothing to do and nothing in flight: in sync. Said once
+        per commit, and again for workloads it did not cover then (shards gained since)."""
+        keys = frozenset(w.key for w in desired.workloads)
         with self._lock:
             self._tallies.pop(sha, None)
+            seen_sha, seen = self._converged
+            self._converged = (sha, keys)
+        fresh = keys - seen if seen_sha == sha else keys
         before, _ = self.state.change(
             lambda s: replace(s, synced=sha, failures=0, retry_at=0.0))
         self.metrics.synced(sha)
-        if before.synced == sha:
+        if before.synced == sha and not fresh:
             return
         health = self.health(desired)
         self.signals.converged(sha, [w.key for w in desired.workloads], health)
-        for w in desired.workloads:
+        for w in (w for w in desired.workloads if w.key in fresh):
             line = health.get(w.key, "-")
             self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
                              + (f": {line}" if line != "-" else ""))
