@@ -125,9 +125,8 @@ class Daemon:
         self.health_job = HealthJob(  # health watched after convergence
             HealthWatch(self.signals, self.post_status), self.state, self.revisions, self._lock,
             lambda: self.owner.leading() and not self._stopping.is_set(), self._health,
-            lambda snap: owned_desired(desired_from(
-                snap, settings.overrides, self.revisions.memo, self.kube),
-                self.owner.ownership()))
+            lambda snap: desired_from(snap, settings.overrides, self.revisions.memo, self.kube),
+            self.owner.ownership)
         self.http = HttpEndpoints(
             (settings.http_host, settings.http_port),
             Probes(healthy=self._healthy, ready=lambda: self.state.current.ready,

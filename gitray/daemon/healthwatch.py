@@ -20,10 +20,12 @@ from datetime import UTC, datetime
 from gitray.core.errors import GitrayError
 from gitray.core.model import ObjectKey
 from gitray.core.snapshot import Snapshot
+from gitray.daemon.owners import owned_desired
 from gitray.daemon.signals import HealthChange, Signals
 from gitray.daemon.standby import Revisions
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import Desired
+from gitray.engine.ownership import Ownership, owned
 
 __all__ = ["HealthJob", "HealthWatch", "describe"]
 
@@ -55,14 +57,18 @@ class HealthWatch:
 
 class HealthJob:
     """The daemon's scheduler job: the watch, only while the leader is in sync at the revision
-    it holds, never beside a pass (``passing`` held)."""
+    it holds, never beside a pass (``passing`` held). Sharded, it reads the workloads of the
+    shards held (``ownership``) and speaks only for those still held in the same epoch when
+    the read ends (a shard lost meanwhile is its next holder's to report)."""
 
     def __init__(self, watch: HealthWatch, state: StateBox, revisions: Revisions,
                  passing: threading.Lock, active: Callable[[], bool],
                  health: Callable[[Desired], Mapping[ObjectKey, str]],
-                 desired: Callable[[Snapshot], Desired]) -> None:
+                 desired: Callable[[Snapshot], Desired],
+                 ownership: Callable[[], Ownership] = lambda: Ownership(1)) -> None:
         self.watch, self.state, self.revisions, self.passing = watch, state, revisions, passing
         self.active, self.desired, self.health = active, desired, health
+        self.ownership = ownership
 
     def __call__(self) -> None:
         s, snapshot = self.state.current, self.revisions.snapshot
@@ -72,9 +78,11 @@ class HealthJob:
         if not self.passing.acquire(blocking=False):
             return
         try:
-            desired = self.desired(snapshot)
-            self.watch.check(s.synced, [w.key for w in desired.workloads],
-                             lambda: self.health(desired))
+            own = self.ownership()
+            desired = owned_desired(self.desired(snapshot), own)
+            lines = self.health(desired)
+            kept = owned(desired.workloads, own.still_held(self.ownership()))
+            self.watch.check(s.synced, [w.key for w in kept], lambda: lines)
         except GitrayError as e:
             log.debug("health not read: %s", e)
         finally:

@@ -1,0 +1,85 @@
+"""The health watch of a sharded replica (``HealthJob``) across the loss of a shard: a read
+that began while the shard was held speaks only for the shards still held in the same epoch
+when it ends (bench/README.md, benchmark 12, problem 1: a read in flight across a loss wrote
+the lost workloads' rows and would post their statuses beside their next holder's).
+
+The desired revision is a stand-in with only what the job reads (its workloads' keys); the
+watch, signals, metrics and state are the daemon's own."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from gitray.core.model import ObjectKey
+from gitray.daemon.healthwatch import HealthJob, HealthWatch
+from gitray.daemon.metrics import Metrics
+from gitray.daemon.signals import Signals
+from gitray.daemon.state import StateBox
+from gitray.engine.ownership import Ownership
+from gitray.engine.shards import shard_of
+from tests.clock import ManualClock
+
+SHA = "0123456" + "0" * 33
+S = 6
+
+
+@dataclass(frozen=True)
+class Result:
+    workloads: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Desired:  # (what owned_desired replaces: ``result.workloads``)
+    result: Result
+
+    @property
+    def workloads(self) -> tuple[Any, ...]:
+        return self.result.workloads
+
+
+def in_shard(shard: int) -> ObjectKey:
+    return next(k for n in range(200) if shard_of(
+        k := ObjectKey("RayService", "team-a", f"svc-{n}"), S) == shard)
+
+
+KEPT, LOST, OTHER = in_shard(0), in_shard(1), in_shard(2)
+
+
+def job(held: list[dict[int, int]]) -> tuple[HealthJob, Metrics, list[tuple[Any, ...]]]:
+    """The job of a replica whose ownership is read as ``held`` says, in turn."""
+    metrics, posted = Metrics(), []
+    signals = Signals(metrics, clock=ManualClock())
+    state = StateBox()
+    state.update(synced=SHA, attempted=SHA)
+    revisions = SimpleNamespace(snapshot=SimpleNamespace(revision=SHA))
+    views = iter(held)
+    everything = Desired(Result(tuple(SimpleNamespace(key=k) for k in (KEPT, LOST, OTHER))))
+    made = HealthJob(HealthWatch(signals, lambda *status: posted.append(status)), state,
+                     revisions, threading.Lock(), lambda: True,  # type: ignore[arg-type]
+                     lambda d: {w.key: "greeter UNHEALTHY" for w in d.workloads},
+                     lambda _snap: everything,  # type: ignore[arg-type,return-value]
+                     lambda: Ownership(S, next(views)))
+    return made, metrics, posted
+
+
+def test_a_health_read_speaks_only_for_the_shards_still_held_when_it_ends() -> None:
+    read, metrics, posted = job([{0: 3, 1: 3}, {0: 3}])  # shard 1 lost during the read
+    read()
+    assert [key for _, key, _, _ in posted] == [KEPT]
+    assert sorted(metrics.table.views()) == [KEPT]
+
+
+def test_a_shard_taken_again_in_another_epoch_is_not_spoken_for_either() -> None:
+    read, _, posted = job([{0: 3, 1: 3}, {0: 3, 1: 4}])
+    read()
+    assert [key for _, key, _, _ in posted] == [KEPT]
+
+
+def test_held_throughout_every_workload_of_the_held_shards_is_read() -> None:
+    read, metrics, posted = job([{0: 3, 1: 3}, {0: 3, 1: 3}])
+    read()
+    assert sorted(key for _, key, _, _ in posted) == sorted([KEPT, LOST])
+    assert sorted(metrics.table.views()) == sorted([KEPT, LOST])
