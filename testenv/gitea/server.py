@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -23,6 +24,7 @@ import httpx
 from testenv.procs import free_port
 
 ADMIN = "gitray-admin"
+_TOKEN = re.compile(r"[0-9a-f]{40}")  # an access token as `--raw` prints it
 
 
 class GiteaStartError(RuntimeError):
@@ -73,9 +75,12 @@ class Gitea:
         run("admin user create", "admin", "user", "create", "--username", ADMIN,
             "--password", password, "--email", "admin@example.invalid", "--admin",
             "--must-change-password=false")
-        token = run("generate-access-token", "admin", "user", "generate-access-token",
-                    "--username", ADMIN, "--token-name", "gitray-tests", "--raw",
-                    "--scopes", "all").strip().splitlines()[-1]
+        printed = run("generate-access-token", "admin", "user", "generate-access-token",
+                      "--username", ADMIN, "--token-name", "gitray-tests", "--raw",
+                      "--scopes", "all")
+        token = token_in(printed)
+        if token is None:
+            raise GiteaStartError(f"gitea generate-access-token printed no token (see {log})")
         out = (workdir / "gitea-web.log").open("ab")
         process = subprocess.Popen([str(binary), "web", "--config", str(ini)], cwd=workdir,
                                    env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -116,6 +121,14 @@ class Gitea:
     def clone_url(self, repo: str) -> str:
         """An http URL carrying the admin's token (for git push in test setup)."""
         return f"http://{ADMIN}:{self.token}@{self.host}:{self.port}/{ADMIN}/{repo}.git"
+
+
+def token_in(printed: str) -> str | None:
+    """The access token ``generate-access-token --raw`` printed: as root, Gitea may print its
+    "You are running Gitea using the root user ... You have been warned against this." on
+    stdout too, before or after it (seen in a full run)."""
+    tokens = [word for word in printed.split() if _TOKEN.fullmatch(word)]
+    return tokens[-1] if tokens else None
 
 
 def _env(workdir: Path) -> dict[str, str]:
