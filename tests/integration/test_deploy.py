@@ -63,6 +63,7 @@ OVERLAYS = {
     "example": DEPLOY / "overlays" / "example",
     "cluster-wide": DEPLOY / "overlays" / "cluster-wide",
     "testenv": DEPLOY / "overlays" / "testenv",  # run for real by test_incluster.py
+    "sharded": DEPLOY / "overlays" / "sharded",  # its component run for real there too
 }
 NAMESPACE = "gitray"  # gitray's own namespace, as deploy/ names it
 ALLOWED = "default"  # the namespace the base binds gitray-workloads in
@@ -356,6 +357,29 @@ def test_overlays_and_secret_example_pass_server_side_dry_run(
     assert admin.get_or_none("v1", "Secret", NAMESPACE, "gitray-credentials") is None
     assert admin.get_or_none("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "",
                              CLUSTER_ROLE) is None
+
+
+def test_sharded_overlay_adds_the_shard_leases_rbac_and_nothing_else(
+        testenv: TestEnv, installed: list[dict[str, Any]]) -> None:
+    """overlays/sharded (components/sharding): 6 shards over 3 replicas, and a Role of its own
+    for the Leases whose names are not known in advance (the base's Role `gitray` is the
+    same); the API server accepts it. test_incluster runs it for real."""
+    base = {ident(o): o for o in render(testenv, OVERLAYS["base"])}
+    objs = {ident(o): o for o in render(testenv, OVERLAYS["sharded"])}
+    added = sorted(set(objs) - set(base))
+    assert added == [("Role", NAMESPACE, "gitray-shards"),
+                     ("RoleBinding", NAMESPACE, "gitray-shards")], added
+    role = objs["Role", NAMESPACE, "gitray-shards"]
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "list", "update", "delete"]}]
+    binding = objs["RoleBinding", NAMESPACE, "gitray-shards"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gitray",
+                                    "namespace": NAMESPACE}]
+    key = ("Role", NAMESPACE, "gitray")
+    assert objs[key]["rules"] == base[key]["rules"]
+    assert objs["ConfigMap", NAMESPACE, "gitray-config"]["data"]["GITRAY_SHARDS"] == "6"
+    assert objs["Deployment", NAMESPACE, "gitray"]["spec"]["replicas"] == 3
+    apply(testenv, list(objs.values()), dry_run=True)
 
 
 def test_example_overlay_grants_its_namespaces(testenv: TestEnv, admin: Kube,

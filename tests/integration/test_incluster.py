@@ -31,7 +31,9 @@ from typing import Any
 import pytest
 
 from gitray.core.model import ObjectKey
+from gitray.core.timefmt import parse_timestamp
 from gitray.engine.record import Record, RunState
+from gitray.engine.shards import shard_label, shard_lease_name, shard_of
 from testenv import gitray_image as gi
 from testenv import node
 from testenv.gitea.build import build_any, static_dir
@@ -49,6 +51,7 @@ from tests.integration.harness import (
     selected_cluster,
     wait_converged,
 )
+from tests.integration.test_shard_leases import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "deploy" / "overlays" / "testenv"
@@ -76,6 +79,7 @@ class InCluster:
     figures: dict[str, Any] = field(default_factory=dict)
     watch: ClusterWatch | None = None
     first: Record | None = None
+    kz: Path | None = None  # the kustomization applied (the testenv overlay and Gitea's URL)
 
     # ---- Git ---------------------------------------------------------------------------------
 
@@ -116,6 +120,17 @@ class InCluster:
 
     def record(self) -> Record | None:
         return load_record(self.env.kubeconfig, NS, ObjectKey("RayService", WORKLOADS, SVC))
+
+    def in_flight(self, sha: str) -> Record:
+        """The run record of ``sha`` once a step of it is done and it is still running."""
+        def running() -> Record | None:
+            rec = self.record()
+            if rec is None or rec.revision != sha:
+                return None
+            assert rec.state is not RunState.FAILED, (rec.reason, self.logs())
+            done = [s for s in rec.steps if s.status.value == "ok"]
+            return rec if done and rec.state is RunState.RUNNING else None
+        return wait_for(running, timeout=300, interval=0.2, what="the upgrade in flight")
 
     def selected(self, svc: str) -> str | None:
         return selected_cluster(self.env, WORKLOADS, svc)
@@ -220,7 +235,7 @@ def incluster(testenv: TestEnv) -> Iterator[InCluster]:
             string_data={"repo-url": gitea.clone_url(repo), "status-token": gitea.token}))
         first = f.push("serve-demo", {"serve.yaml": service(WORKLOADS, 0)})
         (workdir / "kz").mkdir()
-        kz = kustomization(workdir / "kz", gitea, repo)
+        kz = f.kz = kustomization(workdir / "kz", gitea, repo)
         t = time.monotonic()
         testenv.kubectl("apply", "--server-side", "-k", str(kz))
         wait_for(lambda: len(f.ready_pods()) == 2 or None, timeout=300, interval=1,
@@ -340,15 +355,7 @@ def test_rollout_restart_mid_upgrade_resumes_at_the_recorded_step(incluster: InC
     with LoadGenerator(f.serve_url(), rate=10, count=6000, timeout=10) as load:
         sha = f.push("upgrade: revision 1", {"serve.yaml": service(
             WORKLOADS, 1, serve_config(GREETER, CALC))})
-
-        def in_flight() -> Record | None:
-            rec = f.record()
-            if rec is None or rec.revision != sha:
-                return None
-            assert rec.state is not RunState.FAILED, (rec.reason, f.logs())
-            done = [s for s in rec.steps if s.status.value == "ok"]
-            return rec if done and rec.state is RunState.RUNNING else None
-        snapshot = wait_for(in_flight, timeout=300, interval=0.2, what="the upgrade in flight")
+        snapshot = f.in_flight(sha)
         leader = f.leader()
         old_pods = set(f.ready_pods())
         done_before = [s.type for s in snapshot.steps if s.status.value == "ok"]
@@ -403,3 +410,127 @@ def test_a_namespace_not_bound_by_the_rbac_fails_with_a_clear_status(
     assert items == []
     # nothing else is applied meanwhile: gitray never plans (nor prunes) on a partial view of
     # the namespaces it is told to own
+
+
+# ---- sharded (issue 28): last, as it leaves the Deployment sharded -------------------------
+
+SHARDS = 6
+
+
+def pod_of(holder: str) -> str:
+    """The pod of a holder identity (``<hostname>_<pid>_<random>``)."""
+    return holder.rsplit("_", 2)[0] if holder.count("_") >= 2 else holder
+
+
+def hand_overs(changes: list[tuple[float, str, int, str]], since: float
+               ) -> list[tuple[str, str, float, str]]:
+    """(from pod, to pod, seconds, how) for each change of a shard Lease's holder at or after
+    ``since``, from the sampler's ``history``: "released" when the Lease was seen free (the
+    seconds from then until taken), else "taken" (the seconds since the old holder's last
+    renewal: a Lease that lapsed shows its whole lapse)."""
+    out: list[tuple[str, str, float, str]] = []
+    holder, freed = "", None
+    for t, who, _, renewed in changes:
+        if not who:
+            freed = t if holder and t >= since else None
+            continue
+        if holder and who != holder and t >= since:
+            if freed is not None:
+                out.append((pod_of(holder), pod_of(who), t - freed, "released"))
+            else:
+                last = parse_timestamp(renewed)
+                out.append((pod_of(holder), pod_of(who),
+                            t - last.timestamp() if last else float("inf"), "taken"))
+        holder, freed = who, None
+    return out
+
+
+def balanced(f: InCluster, leases: Cluster) -> dict[str, list[int]] | None:
+    """Pod -> its shards, once every shard Lease names a Ready pod, two shards each."""
+    holders = leases.holders(SHARDS)
+    ready = f.ready_pods()
+    by_pod: dict[str, list[int]] = {p: [] for p in ready}
+    for s, rec in sorted(holders.items()):
+        if pod_of(rec.holder) not in by_pod:
+            return None
+        by_pod[pod_of(rec.holder)].append(s)
+    sizes = sorted(len(v) for v in by_pod.values())
+    return by_pod if len(holders) == SHARDS and sizes == [2, 2, 2] else None
+
+
+def test_sharded_replicas_hand_over_shard_by_shard_on_a_rollout_restart(
+        incluster: InCluster) -> None:
+    """deploy/ with components/sharding (``GITRAY_SHARDS=6``, three replicas, the Leases'
+    RBAC; resharded from 1 by a rollout, as docs/sharding.md says), an upgrade in flight,
+    then ``kubectl rollout restart``: each
+    shard moves from pod to pod as the old pods stop (released, never lapsed), the upgrade
+    resumes at its recorded step on the new holder of its shard and converges, 0 failed
+    requests. Each shard's hand-overs and their seconds go to FIGURES."""
+    f = incluster
+    assert f.watch is not None
+    key = ObjectKey("RayService", WORKLOADS, SVC)
+    shard = shard_of(key, SHARDS)
+    assert f.kz is not None
+    sharded = f.kz.parent / "sharded"  # what a user adds: components/sharding
+    sharded.mkdir()
+    (sharded / "kustomization.yaml").write_text(f"""\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {os.path.relpath(f.kz, sharded)}
+components:
+  - {os.path.relpath(REPO / "deploy" / "components" / "sharding", sharded)}
+""")
+    leases = Cluster(f.env, NS)  # the shard Leases, sampled every 50 ms
+    try:
+        # (forced: the ConfigMap's allowed namespaces go back to the overlay's, from the
+        # test before's `kubectl patch`)
+        t = time.monotonic()
+        f.env.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(sharded))
+        f.env.kubectl("-n", NS, "rollout", "restart", "deployment/gitray")
+        f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+        wait_for(lambda: balanced(f, leases), timeout=180, interval=0.5,
+                 what=f"{SHARDS} shards over three Ready pods, two each")
+        FIGURES["1 -> 6 shards by a rollout: balanced s"] = round(time.monotonic() - t, 1)
+        before = set(f.watch.uids_named(SVC))
+        t_push = time.time()
+        with LoadGenerator(f.serve_url(), rate=10, count=6000, timeout=10) as load:
+            sha = f.push("upgrade: revision 2", {"serve.yaml": service(WORKLOADS, 2),
+                                                 "unbound.yaml": None})
+            snapshot = f.in_flight(sha)
+            new = new_cluster(snapshot)
+            old_pods = set(f.ready_pods())
+            mark, t = time.time(), time.monotonic()
+            f.env.kubectl("-n", NS, "rollout", "restart", "deployment/gitray")
+            f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+            FIGURES["sharded: rollout restart -> rollout complete s"] = round(
+                time.monotonic() - t, 1)
+            wait_for(lambda: balanced(f, leases), timeout=180, interval=0.5,
+                     what="the shards balanced over the new pods")
+            rec = f.converged(sha, new=new)
+            FIGURES["sharded: rollout restart -> upgrade converged s"] = round(
+                time.monotonic() - t, 1)
+            load.stop()
+        check_requests("sharded rollout restart mid-upgrade", load.result())
+
+        moves = {s: hand_overs(leases.sampler.history.get(
+            shard_lease_name("gitray", s, SHARDS), []), mark) for s in range(SHARDS)}
+        FIGURES["sharded: hand-overs per shard (s, how)"] = {
+            s: [(round(sec, 2), how) for _, _, sec, how in m] for s, m in moves.items()}
+        print(f"hand-overs per shard: {FIGURES['sharded: hand-overs per shard (s, how)']}")
+        final = leases.holders(SHARDS)
+        assert not {pod_of(r.holder) for r in final.values()} & old_pods, final
+        for s, m in moves.items():
+            assert m, f"shard {s} never moved: {leases.sampler.history}"
+            # released as each old pod stopped: none waited for a Lease to lapse (15 s)
+            assert all(sec < 15 for _, _, sec, _ in m), (s, m)
+        assert leases.sampler.violations == [], leases.sampler.violations[:5]
+        # resumed on its shard's holder: one new cluster, the steps done before kept
+        created = [name for uid, name in f.watch.since(t_push) if uid not in before]
+        assert created == [new], (created, snapshot.plan.steps)
+        assert all(s.status.value == "ok" for s in rec.steps), rec.steps
+        assert rec.shard == shard_label(shard, SHARDS), rec
+        assert rec.epoch == final[shard].transitions, (rec.epoch, final[shard])
+        f.status_for(sha, "success")
+    finally:
+        leases.close()

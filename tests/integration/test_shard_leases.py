@@ -125,6 +125,9 @@ class Sampler:
     fenced_checks: int = 0  # keeper views checked against Leases read within the window
     samples: int = 0
     errors: int = 0  # samples lost to a slow API server
+    # Lease name -> (wall time, holder, epoch, the renewTime it had before) at each change of
+    # its holder or epoch seen
+    history: dict[str, list[tuple[float, str, int, str]]] = field(default_factory=dict)
     _last: dict[str, LeaseRecord] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -175,8 +178,13 @@ class Sampler:
                 if lease is None or (lease.holder, lease.transitions) != (r.identity, epoch):
                     self.violations.append(f"{r.identity} drives shard {shard} of {r.shards} "
                                            f"in epoch {epoch}; its Lease says {lease}")
+        now = time.time()
         for name, lease in leases.items():
             before = self._last.get(name)
+            if before is None or (before.holder, before.transitions) != (lease.holder,
+                                                                         lease.transitions):
+                self.history.setdefault(name, []).append((
+                    now, lease.holder, lease.transitions, before.renew_time if before else ""))
             if before is None or parse_shard_lease_name(BASE, name) is None:
                 continue
             if lease.transitions < before.transitions:
