@@ -394,10 +394,9 @@ class Daemon:
     def _run_ended(self, key: ObjectKey, flight: Flight, outcome: WorkloadOutcome | None
                    ) -> None:
         """A run ended (on its worker): report it, and plan its commit again at once."""
-        if outcome is None:  # the Lease lost or an API error: a retry pass resumes it (on
-            own = self.owner.ownership()  # this replica once it leads again; a shard lost:
-            if not self._stopping.is_set() and (not own.sharded or own.owns(key)):  # its
-                self._backoff()  # next holder does)
+        if outcome is None:  # the Lease lost, an API error, or its shard's renew late: a
+            if not self._stopping.is_set():  # retry pass resumes it here if this replica still
+                self._backoff()  # (or again) drives it; a shard lost: its next holder does
             return
         self.verdicts.run_ended(key, flight, outcome, self.fleet.flights(),
                                 self.state.current.attempted)

@@ -2,54 +2,22 @@
 workloads a pass plans for tens of seconds, and the shards (or the Lease) must go to the other
 replicas at once, not after it. The pass left behind starts no run: the fleet is stopped.
 
-No API server is needed: the Daemon's Kubernetes client connects lazily (its kubeconfig names a
-closed loopback port) and nothing here holds a Lease."""
+No API server is needed (the ``daemon`` fixture, conftest.py)."""
 
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.daemon import daemon as daemon_module
 from gitray.daemon.daemon import Daemon
-from gitray.daemon.settings import DaemonSettings
 from gitray.engine.executor import WorkloadOutcome
 from gitray.engine.fleet import Fleet
-from gitray.engine.wiring import ExecSettings
-from gitray.k8s.settings import KubeSettings
 from gitray.plans.plan import Action, WorkloadPlan
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Daemon:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{_closed_port()}"}}}}]
-users: [{{name: u, user: {{}}}}]
-contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
-current-context: c
-""")
-    settings = DaemonSettings(
-        repo=str(tmp_path / "repo"), http_host="127.0.0.1", http_port=0,
-        execution=ExecSettings(lease_namespace="gitray", identity="replica-a"),
-        kube=KubeSettings(kubeconfig=str(kubeconfig)), cache_dir=tmp_path / "cache")
-    d = Daemon(settings)
-    d.http.start()
-    d.scheduler.start()
-    return d
 
 
 def test_stop_hands_over_without_waiting_for_a_pass_still_planning(
