@@ -530,7 +530,8 @@ components:
         assert created == [new], (created, snapshot.plan.steps)
         assert all(s.status.value == "ok" for s in rec.steps), rec.steps
         assert rec.shard == shard_label(shard, SHARDS), rec
-        assert rec.epoch == final[shard].transitions, (rec.epoch, final[shard])
+        # (written in an epoch of its shard's Lease; the shard may have moved again after)
+        assert 0 <= rec.epoch <= final[shard].transitions, (rec.epoch, final[shard])
         f.status_for(sha, "success")
     finally:
         leases.close()
