@@ -3,11 +3,12 @@ only).
 
 The Go module proxy refuses ray-operator v1.7.0's zip, so the operator and its CRDs come from
 KubeRay's source folder beside the repository, ``../shared/kuberay-v1.7.0/ray-operator`` (an
-input, like a package: read there, never copied into the repository). ``$GITRAY_KUBERAY_SOURCE``
-names another folder holding ``ray-operator/`` (an error when it holds none), or ``proxy``: the
-module proxy's release. The release is the source's own ``KUBERAY_VERSION``, so the cache key
-names it. Without that folder the newest release the proxy serves (v1.6.2) is used, and
-``build`` says so in one line (``fallback_line``).
+input, like a package: read there, never copied into the repository; for a clone in a folder
+of its own, beside the repository it was cloned from: ``beside_repository``).
+``$GITRAY_KUBERAY_SOURCE`` names another folder holding ``ray-operator/`` (an error when it
+holds none), or ``proxy``: the module proxy's release. The release is the source's own
+``KUBERAY_VERSION``, so the cache key names it. Without that folder the newest release the
+proxy serves (v1.6.2) is used, and ``build`` says so in one line (``fallback_line``).
 
 ``up`` records the release and its origin in the operator's component of ``state.json``; ``up``,
 ``status`` and ``TestEnv.kuberay_version`` name it (``recorded_version``).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,12 +29,45 @@ from testenv.build import CANDIDATES, BuildError, Layout, module_dir
 if TYPE_CHECKING:
     from testenv.control import State
 
-__all__ = ["SOURCE", "SOURCE_VAR", "VERSION_FILE", "KubeRaySource", "copy_crds", "fallback_line",
-           "find_source", "label", "origin", "recorded_version"]
+__all__ = [
+    "SOURCE",
+    "SOURCE_VAR",
+    "VERSION_FILE",
+    "KubeRaySource",
+    "beside_repository",
+    "copy_crds",
+    "fallback_line",
+    "find_source",
+    "label",
+    "origin",
+    "recorded_version",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_VAR = "GITRAY_KUBERAY_SOURCE"
-SOURCE = REPO.parent / "shared" / "kuberay-v1.7.0"  # ../shared/kuberay-v1.7.0
+FOLDER = Path("shared") / "kuberay-v1.7.0"  # beside the repository: ../shared/kuberay-v1.7.0
+
+
+def beside_repository(repo: Path) -> Path:
+    """``../shared/kuberay-v1.7.0`` beside ``repo``; for a clone in a folder of its own (a clean
+    clone in a temporary directory, as CI makes one), beside the repository it was cloned from
+    (its ``origin``, a local path) when only that one has it."""
+    here = repo.parent / FOLDER
+    if here.is_dir():
+        return here
+    try:
+        url = subprocess.run(["git", "-C", str(repo), "config", "--get", "remote.origin.url"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return here
+    url = url.strip().removeprefix("file://")
+    if not url or "://" in url or ":" in url.split("/", 1)[0]:  # (a remote URL: not a path)
+        return here
+    origin = (repo / url).resolve()  # (a relative origin is relative to the clone)
+    return origin.parent / FOLDER if (origin.parent / FOLDER).is_dir() else here
+
+
+SOURCE = beside_repository(REPO)
 MODULE = CANDIDATES["kuberay"][0]
 # where the operator states its own release (a constant, not a build-time variable, in KubeRay)
 VERSION_FILE = Path("controllers") / "ray" / "utils" / "constant.go"

@@ -38,11 +38,11 @@ from gitray.plans.load import load_snapshot
 from gitray.plans.manifests import managed_labels
 from testenv import control
 from testenv.helpers import EnvUnavailable, TestEnv, environment, wait_for
+from testenv.kuberay import SOURCE
 from testenv.manifests import dump
 from tests.cel_cases import base_manifest, breaking_manifest, checked_rules, set_at
 
-ROOT = Path(__file__).resolve().parents[2]
-CRDS = ROOT.parent / "shared" / "kuberay-v1.7.0" / "ray-operator" / "config" / "crd" / "bases"
+CRDS = SOURCE / "ray-operator" / "config" / "crd" / "bases"
 NAMESPACE = "cel"
 CASES = checked_rules()
 

@@ -31,11 +31,11 @@ from gitray.parsing.kuberay import KUBERAY_VERSIONS
 from gitray.plans.load import load_snapshot
 from gitray.plans.plan import Action
 from gitray.plans.planner import compute_plan
+from testenv.kuberay import SOURCE
 
-ROOT = Path(__file__).resolve().parents[3]
 MODULE = "github.com/ray-project/kuberay/ray-operator"
 VERSION = "v1.6.2"  # the newest release the Go module proxy serves
-V170_SAMPLES = ROOT.parent / "shared" / "kuberay-v1.7.0" / "ray-operator" / "config" / "samples"
+V170_SAMPLES = SOURCE / "ray-operator" / "config" / "samples"
 CONFIG = 'apiVersion: gitray.io/v1alpha1\nkind: Config\nallowedNamespaces: ["*"]\n' \
     'kuberayVersion: {}\n'
 GENERATE_NAME = "metadata.generateName is not supported: GitOps needs a stable name"

@@ -19,11 +19,11 @@ from gitray.core.snapshot import RepoFile, Snapshot
 from gitray.parsing.kuberay import UNKNOWN, from_crds, packaged
 from gitray.plans.load import load_snapshot
 from gitray.plans.planner import compute_plan
+from testenv.kuberay import SOURCE
 from testenv.manifests import dump
 from tests.cel_cases import base_manifest, set_at
 
-CRDS = Path(__file__).resolve().parents[4] / "shared" / "kuberay-v1.7.0" / "ray-operator" / \
-    "config" / "crd" / "bases"
+CRDS = SOURCE / "ray-operator" / "config" / "crd" / "bases"
 
 # (field, kind, rule-style path, value, what v1.6.2 says)
 V170_FIELDS: list[tuple[str, str, tuple[str, ...], Any, str]] = [
