@@ -65,7 +65,7 @@ class HealthJob:
                  passing: threading.Lock, active: Callable[[], bool],
                  health: Callable[[Desired], Mapping[ObjectKey, str]],
                  desired: Callable[[Snapshot], Desired],
-                 ownership: Callable[[], Ownership] = lambda: Ownership(1)) -> None:
+                 ownership: Callable[[], Ownership]) -> None:
         self.watch, self.state, self.revisions, self.passing = watch, state, revisions, passing
         self.active, self.desired, self.health = active, desired, health
         self.ownership = ownership
