@@ -22,7 +22,7 @@ from gitray.engine.controls import ControlStore, suspension
 from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
-from gitray.engine.shardkeeper import lease_seen
+from gitray.engine.shardleases import lease_seen
 from gitray.engine.shards import shard_label, shard_of
 from gitray.engine.shardview import lease_selector, shard_holders
 from gitray.k8s.client import Kube

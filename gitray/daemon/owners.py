@@ -12,7 +12,9 @@ The daemon asks one ``Owner`` whether it leads (holds anything), which workloads
   (``gitray.engine.shardkeeper``). A shard lost gives up its parked runs (the next holder
   resumes them from their records) and its runs on workers stop at their next progress point
   (the daemon's reporter asks ``owns``, every write's fence asks the keeper); a shard gained
-  asks for a pass at once. On shutdown it hands its shards over with ``release_all``.
+  asks for a pass at once; a shard the balance moves away is released once none of its runs
+  is on a worker (``Fleet.on_workers``), so a step past its fence lands before the next
+  holder takes it. On shutdown it hands its shards over with ``release_all``.
   A replica's shards found in sync at a commit are said so on their Leases (``mark_synced``);
   the holder of shard 0 posts the commit's overall success once every shard's Lease says
   that commit, which no replica sees from its own shards.
@@ -59,7 +61,9 @@ def owner_for(shards: int, wiring: Wiring, scheduler: BaseScheduler, metrics: Me
     workloads were another replica's then); ``post_overall(sha, state, text)``: the commit's
     overall status, when every shard is in sync at it."""
     if shards > 1:
-        return ShardOwner(wiring.shard_keeper(shards), shards, fleet, metrics, stopping,
+        def busy(shard: int) -> bool:  # (a shard handed over is released once this is False)
+            return bool(in_shards(fleet.on_workers(), (shard,), shards))
+        return ShardOwner(wiring.shard_keeper(shards, busy), shards, fleet, metrics, stopping,
                           on_gained, post_overall)
     leadership = Leadership(wiring.lease, scheduler, wiring.settings.retry_period_s, metrics,
                             stopping, on_leader, on_api_problem)

@@ -155,6 +155,12 @@ class Fleet:
             return {**{k: p.flight for k, p in self._parked.items() if not p.released},
                     **self._flights}
 
+    def on_workers(self) -> list[ObjectKey]:
+        """The workloads whose runs are on a worker (or queued for one): between step
+        boundaries, unlike parked runs."""
+        with self._lock:
+            return list(self._flights)
+
     def flights(self) -> list[Flight]:
         """Every run not ended: on a worker, parked, or released for the next pass."""
         with self._lock:

@@ -9,8 +9,11 @@ One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops th
 2. the shard Leases it holds renewed (with the commit it last found them in sync at, when it
    has one); one whose Lease names another holder, moved to another epoch or was deleted is
    lost; this replica's member Lease written (created, or renewed with its count);
-3. ``decide``: SWITCH writes the count Lease; releases and takes are written; a take writes
-   epoch ``next_epoch``; a take lost to another's compare-and-swap tries the next free shard;
+3. ``decide``: SWITCH writes the count Lease; takes are written, a take writes epoch
+   ``next_epoch``, one lost to another's compare-and-swap tries the next free shard; a shard
+   to release stops being driven at once and is released once none of its runs is on a
+   worker (``busy``: a step past its fence lands before the next holder takes the shard),
+   renewed meanwhile, released anyway ``drain_max_s`` after;
 4. the gate: a shard taken is driven only once a LIST made *after* taking it passes
    ``may_drive`` (read again at once after a round's takes); 5. lapsed members deleted.
 
@@ -26,26 +29,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from gitray.core.errors import ConflictError, GitrayError, LeaseLostError, NotFoundError
-from gitray.core.model import LABEL_MANAGED_BY, MANAGED_BY
-from gitray.core.timefmt import utc_timestamp
+from gitray.engine import shardleases as leases
 from gitray.engine import shards as sharding
 from gitray.engine import shardview
+from gitray.engine.shardleases import Obj as _Obj
 from gitray.engine.shardview import Changes
 from gitray.k8s import election
 from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseRecord, LeaseSettings
 from gitray.k8s.lease import create_lease
 
-__all__ = ["FORGET_AFTER_S", "OnChanges", "ShardFence", "ShardKeeper", "lease_seen"]
+__all__ = ["DRAIN_MAX_S", "FORGET_AFTER_S", "Busy", "OnChanges", "ShardFence", "ShardKeeper"]
 
 FORGET_AFTER_S = 300.0  # a member Lease lapsed this long is deleted (restarts make new ones)
+DRAIN_MAX_S = 60.0  # a shard to release is held this long at most for its runs to stop
 
 OnChanges = Callable[[Changes], None]
+Busy = Callable[[int], bool]  # shard -> whether a run of its workloads is on a worker now
 _API, _KIND = election.LEASE_API_VERSION, "Lease"
-_Obj = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -53,45 +56,35 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class _Held:
     """A shard Lease this replica holds: the epoch and Lease object it took, when its last
-    successful write started (local clock), and whether the gate let it drive."""
+    successful write started (local clock), whether the gate let it drive, and since when
+    (local clock) it is being handed over: no longer driven, released once its runs stop."""
 
     epoch: int
     uid: str
     renewed_at: float
     driving: bool = False
+    draining_since: float | None = None
 
 
-def _wall_now() -> str:
-    # MicroTime: written for people and other tools; never read back for decisions.
-    return utc_timestamp(digits=6)
-
-
-def _record_of(obj: Mapping[str, Any]) -> LeaseRecord:
-    return LeaseRecord.from_spec(obj.get("spec"))
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def lease_seen(obj: Mapping[str, Any], lapses_at: float = 0.0) -> shardview.LeaseSeen:
-    """A Lease as read; ``lapses_at`` 0 for a reader that judges no lapse (``gitray status``)."""
-    meta, record = _meta(obj), _record_of(obj)
-    return shardview.LeaseSeen(str(meta.get("name")), record.holder, record.transitions,
-                               lapses_at, dict(meta.get("annotations") or {}))
+def _idle(shard: int) -> bool:
+    return False
 
 
 class ShardKeeper:
     """The shard Leases of replica ``settings.identity`` of the instance whose Lease name is
     ``settings.name``, running with ``shards`` shards (thread-safe: one round at a time).
     ``on_changes`` is called from the round that changed what the caller may drive (the
-    :class:`Changes` it returns); ``clock``: the monotonic clock of lapses and deadlines."""
+    :class:`Changes` it returns); ``busy``: whether a shard has a run on a worker (a shard
+    to release waits for none, ``drain_max_s`` at most); ``clock``: the monotonic clock of
+    lapses and deadlines."""
 
     def __init__(self, kube: Kube, settings: LeaseSettings, shards: int, *,
                  forget_after_s: float = FORGET_AFTER_S, on_changes: OnChanges | None = None,
+                 busy: Busy = _idle, drain_max_s: float = DRAIN_MAX_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         sharding.check_shards(shards)
         self._kube, self._s, self._count = kube, settings, shards
+        self.busy, self._drain_max_s = busy, drain_max_s  # (busy: as passed in)
         self._forget_after_s, self._on_changes, self._clock = forget_after_s, on_changes, clock
         self._member = sharding.member_lease_name(settings.name, settings.identity)
         self._rounds = threading.RLock()  # one round (or release_all) at a time
@@ -112,11 +105,12 @@ class ShardKeeper:
 
     def shards(self) -> dict[int, int]:
         """The shards this replica may drive now, each with its epoch: held, let through by
-        the gate, and renewed within the renew deadline by the clock at this call."""
+        the gate, not being handed over, and renewed within the renew deadline by the clock
+        at this call."""
         now = self._clock()
         with self._lock:
             return {s: h.epoch for s, h in sorted(self._held.items())
-                    if h.driving and self._fresh(h, now)}
+                    if h.driving and h.draining_since is None and self._fresh(h, now)}
 
     def mark_synced(self, held: Mapping[int, int], commit: str) -> None:
         """``held``'s workloads (shard -> epoch) are in sync at ``commit``: each shard's Lease
@@ -217,11 +211,12 @@ class ShardKeeper:
         self._check_held(listed)
         decision = sharding.decide(view, now)
         self.decision = decision
-        self._renew(listed, skip=decision.release)  # first: what is held matters most
+        release = self._drain(decision.release, now)
+        self._renew(listed, skip=release)  # first: what is held matters most
         self._write_member(listed.get(self._member))
         if decision.phase is sharding.Phase.SWITCH and decision.count is not None:
             self._switch(listed.get(sharding.count_lease_name(self._s.name)), decision.count)
-        for shard in decision.release:
+        for shard in release:
             self._release_held(shard, listed)
         base = view.count.epoch_base if view.count is not None else 0
         took = self._take(decision, listed, base) if decision.want else 0
@@ -259,7 +254,7 @@ class ShardKeeper:
         while the LIST does not return it (created unlabelled by an older release)."""
         items, _ = self._kube.list(_API, _KIND, namespace=self._s.namespace,
                                    label_selector=shardview.lease_selector(self._s.name))
-        listed = {str(_meta(o).get("name")): o for o in items}
+        listed = {str(leases.meta(o).get("name")): o for o in items}
         if self._s.name not in listed:
             legacy = self._kube.get_or_none(_API, _KIND, self._s.namespace, self._s.name)
             if legacy is not None:
@@ -271,10 +266,10 @@ class ShardKeeper:
         is never older than that, so a lapse is never judged early); the round's View."""
         seen = []
         for name, obj in listed.items():
-            record = _record_of(obj)
+            record = leases.record_of(obj)
             obs = self._observed.setdefault(name, election.Observation(self._s.lease_duration_s))
             obs.see(record, now)
-            seen.append(lease_seen(obj, obs.lapses_at()))
+            seen.append(leases.lease_seen(obj, obs.lapses_at()))
         for gone in set(self._observed) - set(listed):
             del self._observed[gone]
         self.synced = shardview.synced_at(self._s.name, self._count, seen)
@@ -301,59 +296,57 @@ class ShardKeeper:
                 if not h.driving:
                     self._held[shard] = replace(h, driving=True)
 
+    def _drain(self, asked: tuple[int, ...], now: float) -> tuple[int, ...]:
+        """The shards to release this round: those ``decide`` asks for stop being driven at
+        once (the fence of their runs refuses from now on, the caller is told they are
+        lost); each is released once ``busy`` says none of its runs is on a worker, or
+        ``drain_max_s`` after. Once asked for, a shard is released (never driven again in
+        this epoch), even if a later round no longer asks."""
+        with self._lock:
+            for shard in asked:
+                h = self._held.get(shard)
+                if h is not None and h.draining_since is None:
+                    self._held[shard] = replace(h, draining_since=now)
+            draining = {s: h.draining_since for s, h in self._held.items()
+                        if h.draining_since is not None}
+        release = []
+        for shard, since in sorted(draining.items()):
+            if not self.busy(shard):
+                release.append(shard)
+            elif now - since >= self._drain_max_s:
+                log.warning("releasing shard %d of %d with a run still on a worker after %g s "
+                            "(it stops at its next fenced write)", shard, self._count,
+                            self._drain_max_s)
+                release.append(shard)
+            elif since == now:
+                log.info("handing shard %d of %d over once its runs on workers stop at a step "
+                         "boundary", shard, self._count)
+        return tuple(release)
+
     def _drop(self, shard: int) -> None:
         with self._lock:
             self._held.pop(shard, None)
 
     # ---- writing --------------------------------------------------------------------------
 
-    def _labels(self, obj: Mapping[str, Any]) -> dict[str, str]:
-        return {**(_meta(obj).get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY,
-                shardview.LABEL_LEASE: shardview.lease_label(self._s.name)}
-
-    def _body(self, live: _Obj | None, name: str, record: LeaseRecord | None,
-              annotations: Mapping[str, str] | None = None) -> _Obj:
-        """``live`` replaced by ``record`` (its resourceVersion: the compare-and-swap), or a
-        new Lease ``name``; labelled for the instance's LIST. No ``record``: an empty spec
-        (the count Lease is never held)."""
-        base = live or {"metadata": {"name": name, "namespace": self._s.namespace}}
-        body = election.lease_body(base, record or LeaseRecord())
-        body["metadata"]["labels"] = self._labels(base)
-        if annotations:
-            body["metadata"]["annotations"] = {**(_meta(base).get("annotations") or {}),
-                                               **annotations}
-        if record is None:
-            body["spec"] = {}
-        return body
-
-    def _write(self, live: _Obj | None, body: _Obj) -> _Obj | None:
-        """Replace ``live`` with ``body`` (or create it); None when another process wrote it
-        first (a lost compare-and-swap: the next round reads again)."""
+    def _write(self, live: _Obj | None, name: str, record: LeaseRecord | None,
+               annotations: Mapping[str, str] | None = None) -> _Obj | None:
+        """Replace ``live`` with ``record`` (or create Lease ``name``; ``leases.body``); None
+        when another process wrote it first (a lost compare-and-swap: the next round reads
+        again) or it was deleted since the LIST."""
+        body = leases.body(self._s, live, name, record, annotations)
         try:
-            if live is None:
-                return create_lease(self._kube, body)
-            return self._kube.replace(body)
+            return create_lease(self._kube, body) if live is None else self._kube.replace(body)
         except ConflictError as e:
             log.debug("compare-and-swap lost: %s", e)
             return None
-        except NotFoundError:  # deleted since the LIST
+        except NotFoundError:
             return None
 
-    def _record(self, live: _Obj | None, *, renewing: bool, epoch_base: int = 0) -> LeaseRecord:
-        current = _record_of(live) if live is not None else None
-        record = election.next_record(current or LeaseRecord(), self._s.identity,
-                                      renewing=renewing, duration_s=self._s.lease_duration_s,
-                                      now_wall=_wall_now())
-        if renewing:
-            return record
-        before = current.transitions if current is not None else None
-        return replace(record, transitions=sharding.next_epoch(before, epoch_base))
-
     def _write_member(self, live: _Obj | None) -> None:
-        ours = live is not None and _record_of(live).holder == self._s.identity
-        record = self._record(live, renewing=ours)
-        annotations = {sharding.ANN_SHARDS: str(self._count)}
-        self._write(live, self._body(live, self._member, record, annotations))
+        ours = live is not None and leases.record_of(live).holder == self._s.identity
+        self._write(live, self._member, leases.next_record(self._s, live, renewing=ours),
+                    {sharding.ANN_SHARDS: str(self._count)})
 
     def _renew(self, listed: Mapping[str, _Obj], skip: tuple[int, ...]) -> None:
         with self._lock:
@@ -362,17 +355,16 @@ class ShardKeeper:
         for shard, epoch, mark in held:
             live = listed[self._lease(shard)]
             t0 = self._clock()  # a renew counts from before its request was sent
-            name = _meta(live)["name"]
             synced = {shardview.ANN_SYNCED: mark[1]} if mark and mark[0] == epoch else None
-            if self._write(live, self._body(live, name, self._record(live, renewing=True),
-                                            synced)):
+            if self._write(live, self._lease(shard),
+                           leases.next_record(self._s, live, renewing=True), synced):
                 with self._lock:
                     if shard in self._held:
                         self._held[shard] = replace(self._held[shard], renewed_at=t0)
 
     def _switch(self, live: _Obj | None, count: sharding.ShardCount) -> None:
         name = sharding.count_lease_name(self._s.name)
-        if self._write(live, self._body(live, name, None, count.to_annotations())) is not None:
+        if self._write(live, name, None, count.to_annotations()) is not None:
             log.info("put %d shards in force (epoch base %d) as %s", count.shards,
                      count.epoch_base, self._s.identity)
 
@@ -384,14 +376,13 @@ class ShardKeeper:
             name = self._lease(shard)
             live = listed.get(name)
             t0 = self._clock()
-            written = self._write(live, self._body(live, name,
-                                                   self._record(live, renewing=False,
-                                                                epoch_base=base)))
+            written = self._write(live, name, leases.next_record(self._s, live, renewing=False,
+                                                                 epoch_base=base))
             if written is None:
                 continue
-            epoch = _record_of(written).transitions
+            epoch = leases.record_of(written).transitions
             with self._lock:
-                self._held[shard] = _Held(epoch, str(_meta(written).get("uid", "")), t0)
+                self._held[shard] = _Held(epoch, str(leases.meta(written).get("uid", "")), t0)
             log.info("took shard %d of %d (epoch %d) as %s", shard, self._count, epoch,
                      self._s.identity)
             took += 1
@@ -411,8 +402,7 @@ class ShardKeeper:
             live = live or self._kube.get_or_none(_API, _KIND, self._s.namespace, name)
             if live is None or election.lost_because(live, self._s.identity, h.epoch, h.uid):
                 return
-            record = election.released_record(_record_of(live), _wall_now())
-            if self._write(live, self._body(live, name, record)) is not None:
+            if self._write(live, name, leases.released(live)) is not None:
                 log.info("released shard %d of %d (epoch %d)", shard, self._count, h.epoch)
         except GitrayError as e:
             log.warning("could not release shard %d of %d (it lapses): %s", shard,
@@ -421,7 +411,7 @@ class ShardKeeper:
     def _forget(self, view: sharding.View, listed: Mapping[str, _Obj], now: float) -> None:
         for identity in sharding.forgotten_members(view, now, self._forget_after_s):
             name = sharding.member_lease_name(self._s.name, identity)
-            version = str(_meta(listed.get(name) or {}).get("resourceVersion") or "")
+            version = str(leases.meta(listed.get(name) or {}).get("resourceVersion") or "")
             with contextlib.suppress(ConflictError):  # (only the version read: one renewed
                 if self._kube.delete(_API, _KIND, self._s.namespace, name,  # since then stays)
                                      resource_version=version or None):

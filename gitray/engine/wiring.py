@@ -31,7 +31,7 @@ from gitray.engine.fence import Fence
 from gitray.engine.incremental.signals import SignalStore
 from gitray.engine.parking import would_block
 from gitray.engine.progress import ProgressStore
-from gitray.engine.shardkeeper import ShardKeeper
+from gitray.engine.shardkeeper import Busy, ShardKeeper
 from gitray.k8s.client import Kube
 from gitray.k8s.election import DEFAULT_LEASE_NAME, LeaseSettings, default_identity
 from gitray.k8s.lease import Lease
@@ -95,10 +95,11 @@ class Wiring:
         return LeaseWatch(Kube(self.kube.api_client, self.kube.settings),
                           self.lease.settings, on_change)
 
-    def shard_keeper(self, shards: int) -> ShardKeeper:
+    def shard_keeper(self, shards: int, busy: Busy) -> ShardKeeper:
         """The keeper of this replica's shard Leases (``gitray sync --shards``), on the
-        Lease's short-timeout client, with its name, identity and durations."""
-        return ShardKeeper(self._lease_kube, self.lease.settings, shards)
+        Lease's short-timeout client, with its name, identity and durations; ``busy``:
+        whether a shard's runs are on workers (a shard handed over waits for them)."""
+        return ShardKeeper(self._lease_kube, self.lease.settings, shards, busy=busy)
 
     def progress(self, config: Config, fence: Fence | None = None,
                  shard: str = "") -> ProgressStore:

@@ -4,10 +4,12 @@ Each keeper runs its rounds in a thread of its own, with its own Kube client and
 replica would; durations 4 s / 3 s / 0.5 s. A "crash" stops a keeper's rounds without releasing
 anything (its Leases lapse); a hand-over stops them and calls ``release_all``.
 
-A sampler reads, every 50 ms, the shards each keeper says it may drive and then the Leases, and
-records every violation: a shard two keepers drive at once; two shard counts driven at once; a
-keeper driving a shard whose Lease, read right after, names another holder or epoch; a Lease's
-epoch going backwards, or its holder changing without a new epoch. Only the API server's
+A sampler reads, every 50 ms, the shards each keeper says it may drive, then the Leases, then
+the keepers' views again (what a view names both times was driven while the Leases were read: a
+keeper stops driving a shard before it writes its Lease free), and records every violation: a
+shard two keepers drive at once; two shard counts driven at once; a keeper driving a shard
+whose Lease, read meanwhile, names another holder or epoch; a Lease's epoch going backwards, or
+its holder changing without a new epoch. Only the API server's
 records are trusted for holders and epochs; the keepers' own views are what is checked.
 
 Only the API server is needed (the `apiserver` fixture: any running environment, or one
@@ -28,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +72,8 @@ FENCE_WINDOW_S = LEASE_S - RENEW_S
 class Replica:
     """One keeper, its client and the thread running its rounds."""
 
-    def __init__(self, kubeconfig: str, namespace: str, shards: int, name: str) -> None:
+    def __init__(self, kubeconfig: str, namespace: str, shards: int, name: str,
+                 **keeper_args: Any) -> None:
         self.shards = shards
         self.kube = Kube.connect(KubeSettings(kubeconfig=kubeconfig, request_timeout_s=2))
         settings = LeaseSettings(namespace=namespace, name=BASE,
@@ -79,7 +83,7 @@ class Replica:
         self.changes: list[Changes] = []
         self.told_at: list[float] = []  # when each of ``changes`` was told (monotonic)
         self.keeper = ShardKeeper(self.kube, settings, shards, forget_after_s=2.0,
-                                  on_changes=self._told)
+                                  on_changes=self._told, **keeper_args)
         self.stopping = threading.Event()
         self.handing_over = False
         self.thread = threading.Thread(target=self.keeper.run, args=(self.stopping,),
@@ -157,8 +161,15 @@ class Sampler:
 
     def _sample(self) -> None:
         t1 = time.monotonic()
-        views = [(r, r.held()) for r in list(self.replicas)]
+        replicas = list(self.replicas)
+        before = [r.held() for r in replicas]
         leases = self.leases()
+        # A keeper drops a shard from its view before it writes the Lease free, so a view read
+        # before the LIST may name a shard released while the LIST ran: only what each view
+        # names both before and after the LIST (the same epoch) was driven while it ran.
+        views = [(r, {s: e for s, e in held.items() if after.get(s) == e})
+                 for r, held, after in zip(replicas, before, [r.held() for r in replicas],
+                                           strict=True)]
         window = time.monotonic() - t1
         self.samples += 1
         driving: dict[tuple[int, int], str] = {}
@@ -214,8 +225,9 @@ class Cluster:
         self.sampler = Sampler(self.kube, namespace)
         self.sampler.start()
 
-    def start(self, shards: int, *names: str, kubeconfig: str = "") -> list[Replica]:
-        made = [Replica(kubeconfig or self.kubeconfig, self.namespace, shards, n)
+    def start(self, shards: int, *names: str, kubeconfig: str = "",
+              **keeper_args: Any) -> list[Replica]:
+        made = [Replica(kubeconfig or self.kubeconfig, self.namespace, shards, n, **keeper_args)
                 for n in names]
         self.sampler.replicas += made
         return made
@@ -344,6 +356,59 @@ def test_release_all_hands_the_shards_over_within_a_round(cluster: Cluster) -> N
     assert leaving.keeper.round() == Changes() and leaving.held() == {}  # closed for good
     cluster.sampler.assert_clean()
     print(f"released in {released:.2f} s, taken {took:.2f} s after release_all began")
+
+
+def test_a_shard_moved_to_a_newcomer_is_released_once_its_runs_stop(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """A keeper that gives shards to a newcomer stops driving them at once but keeps their
+    Leases (renewed) while a run of theirs is on a worker (``busy``), and releases each as
+    its runs stop: a step past its fence lands before the next holder takes the shard."""
+    stopped: set[int] = set()  # the shards whose runs on workers have stopped
+    a = cluster.start(6, "a", busy=lambda shard: shard not in stopped)[0]
+    converge(cluster, [a], [6])
+    caplog.set_level(logging.INFO, logger="gitray.engine.shardkeeper")
+    b = cluster.start(6, "b")[0]
+    wait_for(lambda: len(a.held()) == 3, timeout=30, interval=0.05,
+             what="a stopped driving the shards it gives b")
+    moving = sorted(set(range(6)) - set(a.held()))
+    before = cluster.holders(6)
+    time.sleep(2 * LEASE_S)  # longer than a lease: renewed, never lapsed, never taken
+    during = cluster.holders(6)
+    for shard in moving:
+        assert during[shard].holder == a.identity, (shard, during[shard])
+        assert during[shard].transitions == before[shard].transitions
+        assert during[shard].renew_time > before[shard].renew_time
+    assert b.held() == {} and len(a.held()) == 3
+    waiting = [r.getMessage() for r in caplog.records if "once its runs" in r.getMessage()]
+    assert len(waiting) == 3, waiting  # said once per shard, not every round
+    stopped.add(moving[0])  # one shard's runs stop: that one moves, the others still wait
+    wait_for(lambda: set(b.held()) == {moving[0]}, timeout=10, interval=0.05,
+             what=f"b drives shard {moving[0]}")
+    assert all(cluster.holders(6)[s].holder == a.identity for s in moving[1:])
+    t0 = time.monotonic()
+    stopped.update(moving)
+    converge(cluster, [a, b], [3, 3], timeout=10)
+    took = time.monotonic() - t0
+    after = cluster.holders(6)
+    assert sorted(b.held()) == moving
+    assert all(after[s].transitions == before[s].transitions + 1 for s in moving)
+    cluster.sampler.assert_clean()
+    print(f"moved {moving}; the last two taken {took:.2f} s after their runs stopped")
+
+
+def test_a_run_that_never_stops_holds_its_shard_drain_max_s_at_most(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    a = cluster.start(6, "a", busy=lambda shard: True, drain_max_s=3.0)[0]
+    converge(cluster, [a], [6])
+    t0 = time.monotonic()
+    cluster.start(6, "b")
+    converge(cluster, cluster.sampler.replicas, [3, 3], timeout=30)
+    took = time.monotonic() - t0
+    assert took >= 3.0, took
+    said = [r.getMessage() for r in caplog.records if "still on a worker" in r.getMessage()]
+    assert len(said) == 3, said
+    cluster.sampler.assert_clean()
+    print(f"balanced {took:.2f} s after b started (drain_max_s 3 s)")
 
 
 def test_resharding_six_to_four_by_replacing_keepers(cluster: Cluster) -> None:

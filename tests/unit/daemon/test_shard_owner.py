@@ -27,7 +27,7 @@ from gitray.engine.shardview import Changes
 from gitray.engine.wiring import ExecSettings, Wiring
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
-from tests.unit.engine.test_fleet import Ends, park
+from tests.unit.engine.test_fleet import Ends, park, wp
 from tests.unit.k8s.test_kube_unreachable import _closed_port, _kubeconfig
 
 S = 4
@@ -104,6 +104,35 @@ def test_a_lost_shard_gives_up_its_parked_runs_and_rows_and_no_other(wiring: Wir
         assert passes.asked == 0
         assert metrics.registry.get_sample_value("gitray_leader") == 0
     finally:
+        fleet.shutdown()
+
+
+def test_the_keeper_hears_a_shard_busy_while_a_run_of_it_is_on_a_worker_not_parked(
+        wiring: Wiring) -> None:
+    """A shard the keeper hands over is released once ``busy`` says no: a run on a worker
+    (between step boundaries) holds its own shard only; a parked run (at a step boundary)
+    holds none."""
+    fleet = Fleet(2, lambda *_: None)
+    started, go_on = threading.Event(), threading.Event()
+    on_worker, parked = KEYS[0], next(k for k in KEYS if shard_of(k, S) != shard_of(KEYS[0], S))
+
+    def run() -> None:
+        started.set()
+        go_on.wait(30)
+
+    try:
+        owner = _owner(wiring, S, fleet, Metrics(), threading.Event(), _Passes())
+        assert isinstance(owner, ShardOwner)
+        assert not any(owner.keeper.busy(s) for s in range(S))
+        park(fleet, parked, Ends())
+        assert fleet.dispatch(wp(on_worker, 0, True), "abc", "commit", run)
+        assert started.wait(30)
+        assert [s for s in range(S) if owner.keeper.busy(s)] == [shard_of(on_worker, S)]
+        go_on.set()
+        assert fleet.wait(30)
+        assert not any(owner.keeper.busy(s) for s in range(S))
+    finally:
+        go_on.set()
         fleet.shutdown()
 
 
