@@ -368,6 +368,7 @@ class Daemon:
             r.key: r.desired_hash for r in records if r.state is RunState.FAILED
             and r.revision == plan.revision and not retry_wanted(controls.get(r.key), r)})
         if trigger == "commit":
+            self.owner.applying(sha)  # (sharded: the holder of shard 0 says it is pending)
             for key in failed_before:
                 log.info("%s failed at %s before; a new commit retries it", key,
                          plan.revision[:7])

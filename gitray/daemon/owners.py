@@ -16,8 +16,9 @@ The daemon asks one ``Owner`` whether it leads (holds anything), which workloads
   is on a worker (``Fleet.on_workers``), so a step past its fence lands before the next
   holder takes it. On shutdown it hands its shards over with ``release_all``.
   A replica's shards found in sync at a commit are said so on their Leases (``mark_synced``);
-  the holder of shard 0 posts the commit's overall success once every shard's Lease says
-  that commit, which no replica sees from its own shards.
+  the holder of shard 0 posts the overall status no replica sees from its own shards: the
+  newest commit ``pending`` (``applying``) until every shard's Lease says it is in sync,
+  then ``success``; a commit superseded before that, ``error``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class Owner(Protocol):
 
     def mark_synced(self, own: Ownership, sha: str) -> None: ...
 
+    def applying(self, sha: str) -> None: ...
+
     def start(self) -> None: ...
 
     def release(self) -> None: ...
@@ -107,6 +110,9 @@ class LeaseOwner:
     def mark_synced(self, own: Ownership, sha: str) -> None:
         pass  # (the leader posts the overall status itself)
 
+    def applying(self, sha: str) -> None:
+        pass  # (its pending too: the pass that dispatches posts it)
+
     def start(self) -> None:
         self.watch.start()
 
@@ -128,6 +134,8 @@ class ShardOwner:
         self._stopping, self._on_gained, self._post_overall = stopping, on_gained, post_overall
         self._marked = ""  # the commit this replica last found its shards in sync at
         self._posted = ""  # the last commit whose overall success it posted
+        self._applying = ""  # the newest commit its passes plan
+        self._pending = ""  # the last commit it said pending
 
     def leading(self) -> bool:
         return bool(self.keeper.shards())
@@ -147,16 +155,31 @@ class ShardOwner:
         self.keeper.mark_synced(own.held, sha)
         self._marked = sha
 
+    def applying(self, sha: str) -> None:
+        """A commit pass plans ``sha``, the newest commit."""
+        self._applying = sha
+
     def _report(self) -> None:
-        """As the holder of shard 0: the commit's overall success, once, when every shard's
-        Lease says it is in sync at the commit this replica last found its own in sync at
-        (so a Lease left from an earlier life of this shard count never speaks for today)."""
-        sha = self.keeper.synced
-        if sha and sha == self._marked and sha != self._posted and 0 in self.keeper.shards():
+        """As the holder of shard 0, the commit's overall status: success, once, when every
+        shard's Lease says it is in sync at the commit this replica last found its own in sync
+        at (so a Lease left from an earlier life of this shard count never speaks for today);
+        pending, once, for the newest commit while the Leases do not say it; error for the
+        commit said pending before it when that one never got its success."""
+        sha, newest = self.keeper.synced, self._applying
+        if 0 not in self.keeper.shards():
+            return
+        if sha and sha == self._marked and sha != self._posted:
             self._posted = sha
             log.info("%s: every shard in sync", sha[:7])
             self._post_overall(sha, "success", f"in sync at {sha[:7]} (all {self.count} "
                                "shards)")
+        if newest and newest not in (sha, self._pending, self._posted):
+            before, self._pending = self._pending, newest
+            if before and before not in (sha, self._posted):
+                self._post_overall(before, "error", f"superseded by {newest[:7]} before every "
+                                   "shard was in sync at it")
+            self._post_overall(newest, "pending", f"applying {newest[:7]} across "
+                               f"{self.count} shards")
 
     def start(self) -> None:
         pass  # (no watch: the keeper reads the Leases each round)

@@ -629,6 +629,59 @@ def test_the_commit_is_in_sync_once_every_shard_lease_says_so_and_shard_0_posts_
     cluster.sampler.assert_clean()
 
 
+def test_the_holder_of_shard_0_says_the_newest_commit_pending_until_every_shard_is_in_sync(
+        cluster: Cluster) -> None:
+    """Every replica plans the newest commit (``applying``); the holder of shard 0 says it is
+    pending once, then in sync when every shard's Lease says so; a commit superseded before
+    that is an error. The other replica posts nothing."""
+    replicas = cluster.start(4, "a", "b")
+    converge(cluster, replicas, [2, 2])
+    posted: dict[str, list[tuple[str, str, str]]] = {r.identity: [] for r in replicas}
+    fleet = Fleet(1, lambda *_: None)
+    owners = [ShardOwner(r.keeper, 4, fleet, Metrics(), threading.Event(), lambda: None,
+                         lambda *a, r=r: posted[r.identity].append(a)) for r in replicas]
+    first, second = sorted(owners, key=lambda o: 0 not in o.keeper.shards())
+    said = posted[first.keeper.identity]
+
+    def both(sha: str) -> None:
+        for o in owners:
+            o.applying(sha)
+
+    try:
+        both("c1")
+        for _ in range(3):
+            first.attempt()
+            second.attempt()
+        assert said == [("c1", "pending", "applying c1 across 4 shards")]
+        # c2 comes before every shard was in sync at c1 (only the first's shards were)
+        first.mark_synced(first.ownership(), "c1")
+        first.attempt()
+        both("c2")
+        first.attempt()
+        assert said[1:] == [("c1", "error", "superseded by c2 before every shard was in sync "
+                                             "at it"),
+                            ("c2", "pending", "applying c2 across 4 shards")]
+        for o in owners:
+            o.mark_synced(o.ownership(), "c2")
+        wait_for(lambda: (second.attempt(), first.attempt(), first.keeper.synced)[-1] == "c2",
+                 timeout=10, interval=RETRY_S, what="every shard Lease saying c2")
+        for _ in range(3):
+            first.attempt()
+        assert said[3:] == [("c2", "success", "in sync at c2 (all 4 shards)")]
+        # c3 in sync everywhere before the next round: no pending, no error, its success
+        both("c3")
+        for o in owners:
+            o.mark_synced(o.ownership(), "c3")
+        wait_for(lambda: (second.attempt(), first.keeper.synced)[-1] == "c3", timeout=10,
+                 interval=RETRY_S, what="every shard Lease saying c3")
+        first.attempt()
+        assert said[4:] == [("c3", "success", "in sync at c3 (all 4 shards)")]
+        assert posted[second.keeper.identity] == []
+    finally:
+        fleet.shutdown()
+    cluster.sampler.assert_clean()
+
+
 def test_gitray_status_names_each_workload_s_shard_and_the_replica_holding_it(
         cluster: Cluster) -> None:
     keys = [ObjectKey("RayService", "team", f"svc-{i}") for i in range(12)]

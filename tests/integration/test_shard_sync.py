@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ import pytest
 from gitray.core.model import ObjectKey
 from gitray.engine.progress import RecordReader
 from gitray.engine.shards import LABEL_SHARD, shard_label, shard_of
+from gitray.hosts.notes import NOTES_REF
 from testenv.helpers import TestEnv, make_namespace, wait_for
 from testenv.manifests import cluster_spec, dump, gitray_config
 from tests.integration.chaos import Replica, holder_pid, lease_holder
@@ -50,6 +52,15 @@ def in_sync(inst: Instance, sha: str, says: str) -> None:
             and seen.get("gitray", {}).get("state") == "success"
     wait_for(posted, timeout=60, interval=0.5, what=f"the statuses of {sha[:7]}")
     assert says in notes(inst.bare, sha)["gitray"]["description"]
+
+
+def overall_history(bare: Path) -> list[tuple[str, str]]:
+    """(state, description) of every overall record the remote's status notes ever held (the
+    notes ref's history: each post is a commit of it)."""
+    out = subprocess.run(["git", "log", "-p", "--format=", NOTES_REF], cwd=bare, check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    records = [json.loads(line[1:]) for line in out.splitlines() if line.startswith("+{")]
+    return [(r["state"], r["description"]) for r in records if r.get("context") == "gitray"]
 
 
 class Instance(ShardFleet):
@@ -175,6 +186,8 @@ def test_three_replicas_share_six_shards_and_survive_a_sigkill(instance: Instanc
     # each replica posts its workloads' statuses; shard 0's holder the commit's, once every
     # shard Lease says the commit is in sync there
     in_sync(inst, second, f"in sync at {second[:7]} (all {S} shards)")
+    # and before that, the holder of shard 0 said it was pending
+    assert ("pending", f"applying {second[:7]} across {S} shards") in overall_history(inst.bare)
     tally = Counter(min(v) for v in inst.drivers("update-cluster", since).values())
     assert sorted(tally) == ["a", "b", "c"], tally
 
