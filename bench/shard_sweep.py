@@ -41,6 +41,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,8 @@ def measure(env: Env, remote: Remote, n: int, r: int, shards: int, interval: str
 
 
 def run_size(env: Env, n: int, replicas: list[int], shards: int, interval: str = "1s",
-             passes: int = 5, window_max: float = 900) -> dict[str, Any]:
+             passes: int = 5, window_max: float = 900,
+             saved: Callable[[dict[str, Any]], None] = lambda entry: None) -> dict[str, Any]:
     say(f"shard sweep: N={n}, replicas {replicas}, --shards {shards}")
     t0 = time.monotonic()
     pop = populate(env, n)
@@ -258,12 +260,22 @@ def run_size(env: Env, n: int, replicas: list[int], shards: int, interval: str =
     for r in replicas:
         entry["runs"][str(r)] = measure(env, remote, n, r, shards, interval, passes,
                                         window_max)
+        saved(entry)  # (a run stopped before its last replica count keeps the ones measured)
     return entry
 
 
 def run(env: Env, sizes: list[int], replicas: list[int], shards: int,
         **kw: Any) -> dict[str, Any]:
-    return {"sizes": {str(n): run_size(env, n, replicas, shards, **kw) for n in sizes}}
+    result: dict[str, Any] = {"sizes": {}, "partial": True}
+
+    def saved(entry: dict[str, Any]) -> None:
+        result["sizes"][str(entry["n"])] = entry
+        write_result("shards", result)
+
+    for n in sizes:
+        saved(run_size(env, n, replicas, shards, saved=saved, **kw))
+    del result["partial"]
+    return result
 
 
 def _each(rows: list[dict[str, Any]], fmt: Any) -> str:

@@ -7,6 +7,9 @@ No API server is needed (the ``daemon`` fixture, conftest.py)."""
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -65,3 +68,43 @@ def test_a_pass_left_behind_starts_no_run_on_the_stopped_fleet() -> None:
     assert fleet.dispatch(wp, "a" * 40, "push", run) is False  # not an error: said no
     assert fleet.in_flight() == {}
     assert ran == [] and ended == []
+
+
+_LEFT_BEHIND = """
+import logging, sys, threading, time
+from gitray.daemon.lifecycle import run_until_signalled
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+def start():
+    # a pass planning for a minute on a worker thread of its own (not a daemon thread, like
+    # the scheduler's pool), and an idle worker that ends when asked
+    threading.Thread(target=time.sleep, args=(60,), name="a-pass-planning").start()
+    idle = threading.Event()
+    threading.Thread(target=idle.wait, name="an-idle-worker").start()
+    start.idle = idle
+def stop():
+    start.idle.set()
+    print("handed over", flush=True)
+sys.exit(run_until_signalled(start, stop))
+"""
+
+
+def test_the_process_exits_once_handed_over_even_with_a_pass_left_behind() -> None:
+    """Found at 10,000 workloads (bench 12): the shards went to the others 5 s after SIGTERM,
+    and the process lived on until the pass left behind ended (SIGKILLed)."""
+    proc = subprocess.Popen([sys.executable, "-c", _LEFT_BEHIND], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)  # not the 60 s the pass would take
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    took = time.monotonic() - sent
+    assert proc.returncode == 0, err
+    assert out == "handed over\n"
+    assert "exiting without waiting for a-pass-planning" in err, err
+    assert "an-idle-worker" not in err  # ended when asked: not reported as left behind
+    assert took < 30
