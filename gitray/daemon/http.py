@@ -79,8 +79,11 @@ class HttpEndpoints:
                 self.send_header("Content-Type", ctype)
                 self.send_header("X-Content-Type-Options", "nosniff")
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (its
+                    log.debug("http %s: the client went away", self.path)  # timeout ran out)
 
             def _json(self, code: int, data: object) -> None:
                 self._send(code, json.dumps(data, sort_keys=True).encode() + b"\n")

@@ -5,8 +5,14 @@ daemon's real HTTP endpoint on 127.0.0.1."""
 from __future__ import annotations
 
 import re
+import socket
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 from gitray.core.model import ObjectKey
 from gitray.daemon.http import HttpEndpoints, Probes
@@ -122,3 +128,35 @@ def test_served_on_status_and_the_plans_it_links_to() -> None:
     assert re.search(r"ml/RayService/fruit.*progressing", body, re.S)
     assert "will be created" in plan
     assert missing == [404, 404, 404]
+
+
+def test_a_client_leaving_mid_answer_prints_no_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Found at 10,000 workloads (bench 12): a /metrics reader whose timeout ran out left a
+    BrokenPipeError traceback in the log. A client that goes away is not an error."""
+    big = "x" * (32 * 1024 * 1024)  # (more than the socket buffers hold)
+    served = threading.Event()
+
+    def plan(sha: str) -> str:
+        served.set()
+        return big
+
+    http = HttpEndpoints(("127.0.0.1", 0), Probes(lambda: True, lambda: True, lambda: True,
+                                                  dict), Metrics(), lambda: None, None, plan=plan)
+    http.start()
+    threads = threading.active_count()  # (with the server's)
+    try:
+        with socket.create_connection(("127.0.0.1", http.port), timeout=5) as s:
+            s.sendall(f"GET /status/plan/{SHA} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert s.recv(4096).startswith(b"HTTP/1.0 200")  # the answer has begun
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert served.wait(5)  # (closed with a reset: the rest of the write fails)
+        deadline = time.monotonic() + 10
+        while threading.active_count() > threads and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the answer's thread has ended: its error, if any, is out)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/healthz", timeout=5) as r:
+            assert r.status == 200  # still serving
+    finally:
+        http.stop()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Broken pipe" not in err, err
