@@ -8,13 +8,12 @@ ended or a due drift check starts a pass) and the deletions job (every ``deletio
 
 A pass only plans and dispatches, one at a time: each workload's run goes on on its own worker
 (``gitray.engine.fleet``, ``gitray.daemon.dispatch``), so a long wait holds no other workload,
-commit or deletion; a wait parks, holding no worker, and is released for the next pass to
-resume at its wait step by a watch of what it waits on (``gitray.daemon.waitwatch``) or the
-rechecks job (every second: due waits only, one LIST per kind and namespace,
-``gitray.daemon.rechecks``); a commit gets its verdict from its workloads' runs
-(``gitray.daemon.verdicts``). A pass never prunes on
-an invalid revision; a workload whose run failed at a revision is retried there only by
-``gitray retry``; freeze windows and suspensions hold workloads (``gitray.daemon.holds``). A
+commit or deletion; a wait parks, holding no worker, and is released for the next pass to resume
+at its wait step by a watch of what it waits on (``gitray.daemon.waitwatch``) or the rechecks
+job (every second: due waits only, one LIST per kind and namespace, ``gitray.daemon.rechecks``);
+a commit gets its verdict from its workloads' runs (``gitray.daemon.verdicts``). A pass never
+prunes on an invalid revision; a workload whose run failed at a revision is retried there only
+by ``gitray retry``; freeze windows and suspensions hold workloads (``gitray.daemon.holds``). A
 newer commit wanting another spec for a RayService whose upgrade waits (no traffic moved yet)
 ends that run (``gitray.daemon.newer``). SIGTERM interrupts the runs, leaves their records
 "running" for the next leader, and releases the Lease.
@@ -163,21 +162,24 @@ class Daemon:
         """Run until SIGTERM/SIGINT, then hand over gracefully (within a bound)."""
         return run_until_signalled(self.start, self.stop)
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Hand over; returns what is left behind still running (not to be waited for)."""
+        left: list[str] = []
         self._stopping.set()
         self.fleet.stop()  # a run still queued never starts
         self.wiring.interrupt()  # a step waiting now ends at once
         self.scheduler.shutdown(wait=False)
-        if not self._lock.acquire(timeout=STOP_GRACE_S / 4):  # a pass planning now ends, or
+        if self._lock.acquire(timeout=STOP_GRACE_S / 4):  # a pass planning now ends, or is
+            self._lock.release()  # left behind (the fleet is stopped: its runs never start)
+        else:
             log.warning("a sync pass is still planning: handing over without waiting for it")
-        else:  # is left behind (the fleet is stopped: its runs never start)
-            self._lock.release()
-        # the parked runs are left as they are, the runs on workers stop at their next progress
-        # point: records "running" for the next leader ("sync of ... interrupted" for each)
+            left.append("the pass still planning")
+        # parked runs stay as they are; runs on workers stop at their next progress point,
+        # records "running" for the next leader ("sync of ... interrupted" for each)
         self.fleet.hand_over()
         if not self.fleet.wait(STOP_GRACE_S / 2):
-            log.warning("runs still stopping: %s", ", ".join(
-                str(k) for k in self.fleet.in_flight()))
+            left.append(f"runs still stopping: {', '.join(map(str, self.fleet.in_flight()))}")
+            log.warning("%s", left[-1])
         self.fleet.shutdown()
         self.owner.release()  # the Lease, or every shard held (first: the others wait for it)
         self.wait_watches.stop()
@@ -185,6 +187,7 @@ class Daemon:
         self.http.stop()
         self.kube.close()
         log.info("gitray sync stopped")
+        return left
 
     def trigger_poll(self) -> None:
         """Poll now (webhook)."""
@@ -267,15 +270,12 @@ class Daemon:
 
     def _deletion_job(self) -> None:
         state = self.state.current
-        if self._stopping.is_set() or not self.owner.leading() or not state.synced:
+        if (self._stopping.is_set() or not self.owner.leading() or not state.synced
+                or time.time() < state.next_deletion):  # (no old cluster due: nothing to read)
             return
-        if time.time() < state.next_deletion:
-            return  # no old cluster is due yet: no need to read the cluster
         cache = self.settings.cache_dir or default_cache_dir(self.settings.repo)
-        # the newest commit passed (a commit with runs still going on is not "synced" yet, and
-        # its retired clusters are due all the same)
-        sha = state.attempted if state.attempted and state.attempted != state.refused \
-            else state.synced
+        a = state.attempted  # the newest commit passed (with runs going on: not "synced" yet)
+        sha = a if a and a != state.refused else state.synced  # (its old clusters are due)
         self.sync(cache, sha, "deletions")
 
     # ---- one pass -----------------------------------------------------------------------

@@ -4,8 +4,9 @@
 The hand-over (``Daemon.stop``) runs on a thread of its own and is given ``STOP_GRACE_S``: run
 records are durable and the next leader (or shard holder) resumes, so a shutdown stuck behind
 a slow request must not outlive the Pod's grace period. Once it is done the process exits even
-when a sync pass was left behind still planning (its thread would hold the interpreter's exit
-for as long as it plans: tens of seconds at 10,000 workloads); that pass starts no run.
+when a sync pass was left behind still planning: its thread, a worker of the scheduler's pool
+(a daemon thread, but ``concurrent.futures`` joins its workers at exit), would hold the exit
+for as long as it plans (tens of seconds at 10,000 workloads). That pass starts no run.
 """
 
 from __future__ import annotations
@@ -16,20 +17,19 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 __all__ = ["STOP_GRACE_S", "run_until_signalled"]
 
 log = logging.getLogger("gitray.sync")  # the `gitray sync` logger (log pipelines match it)
 
 STOP_GRACE_S = 20.0  # within Kubernetes' default 30 s terminationGracePeriodSeconds
-LEFT_BEHIND_S = 1.0  # how long a thread still alive after the hand-over is waited for
 
 
-def run_until_signalled(start: Callable[[], None], stop: Callable[[], None]) -> int:
+def run_until_signalled(start: Callable[[], None], stop: Callable[[], Sequence[str]]) -> int:
     """``start``, wait for SIGTERM/SIGINT, then ``stop`` within ``STOP_GRACE_S`` (else exit
-    at once, status 1)."""
+    at once, status 1). When ``stop`` says it left work behind still running, exit at once
+    once it returns (status 0): a thread of that work would hold the interpreter's exit."""
     done = threading.Event()
 
     def stopping(signum: int, _frame: object) -> None:
@@ -44,28 +44,18 @@ def run_until_signalled(start: Callable[[], None], stop: Callable[[], None]) -> 
     # wait here could leave SIGTERM unhandled for good.
     while not done.wait(0.5):
         pass
-    stopper = threading.Thread(target=stop, name="gitray-stop", daemon=True)
+    left: list[str] = []
+    stopper = threading.Thread(target=lambda: left.extend(stop()), name="gitray-stop",
+                               daemon=True)
     stopper.start()
     stopper.join(STOP_GRACE_S)
     if stopper.is_alive():
         log.error("shutdown took longer than %.0f s; exiting anyway", STOP_GRACE_S)
         _exit_now(1)
-    left = _threads_left(LEFT_BEHIND_S)
     if left:
         log.warning("handed over; exiting without waiting for %s", ", ".join(left))
         _exit_now(0)
     return 0
-
-
-def _threads_left(within: float) -> list[str]:
-    """The threads that would hold the interpreter's exit still alive ``within`` seconds (idle
-    workers end at once: a shut-down pool wakes them)."""
-    deadline = time.monotonic() + within
-    left = [t for t in threading.enumerate()
-            if not t.daemon and t is not threading.main_thread()]
-    for t in left:
-        t.join(max(0.0, deadline - time.monotonic()))
-    return sorted(t.name for t in left if t.is_alive())
 
 
 def _exit_now(status: int) -> None:
