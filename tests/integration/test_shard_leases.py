@@ -587,18 +587,28 @@ def test_an_api_server_outage_gives_the_shards_up_at_the_renew_deadline(
         link.close()
 
 
+Posted = dict[str, list[tuple[str, str, str]]]
+
+
+def _two_owners(cluster: Cluster) -> tuple[Posted, Fleet, list[ShardOwner]]:
+    """Two replicas sharing 4 shards, each with its ShardOwner (the holder of shard 0 first),
+    and what each posted."""
+    replicas = cluster.start(4, "a", "b")
+    converge(cluster, replicas, [2, 2])
+    posted: Posted = {r.identity: [] for r in replicas}
+    fleet = Fleet(1, lambda *_: None)
+    owners = [ShardOwner(r.keeper, 4, fleet, Metrics(), threading.Event(), lambda: None,
+                         lambda *a, r=r: posted[r.identity].append(a)) for r in replicas]
+    return posted, fleet, sorted(owners, key=lambda o: 0 not in o.keeper.shards())
+
+
 def test_the_commit_is_in_sync_once_every_shard_lease_says_so_and_shard_0_posts_it(
         cluster: Cluster) -> None:
     """Each replica marks the shards it found in sync (written with its next renew); the
     holder of shard 0 posts the commit's overall success once, when every shard says that
     commit, and the other replica never does."""
-    replicas = cluster.start(4, "a", "b")
-    converge(cluster, replicas, [2, 2])
-    posted: dict[str, list[tuple[str, str, str]]] = {r.identity: [] for r in replicas}
-    fleet = Fleet(1, lambda *_: None)
-    owners = [ShardOwner(r.keeper, 4, fleet, Metrics(), threading.Event(), lambda: None,
-                         lambda *a, r=r: posted[r.identity].append(a)) for r in replicas]
-    first, second = sorted(owners, key=lambda o: 0 not in o.keeper.shards())
+    posted, fleet, owners = _two_owners(cluster)
+    first, second = owners
     try:
         first.mark_synced(first.ownership(), "c1")
         for _ in range(3):  # (written with the renews; c1 is not every shard's yet)
@@ -634,13 +644,8 @@ def test_the_holder_of_shard_0_says_the_newest_commit_pending_until_every_shard_
     """Every replica plans the newest commit (``applying``); the holder of shard 0 says it is
     pending once, then in sync when every shard's Lease says so; a commit superseded before
     that is an error. The other replica posts nothing."""
-    replicas = cluster.start(4, "a", "b")
-    converge(cluster, replicas, [2, 2])
-    posted: dict[str, list[tuple[str, str, str]]] = {r.identity: [] for r in replicas}
-    fleet = Fleet(1, lambda *_: None)
-    owners = [ShardOwner(r.keeper, 4, fleet, Metrics(), threading.Event(), lambda: None,
-                         lambda *a, r=r: posted[r.identity].append(a)) for r in replicas]
-    first, second = sorted(owners, key=lambda o: 0 not in o.keeper.shards())
+    posted, fleet, owners = _two_owners(cluster)
+    first, second = owners
     said = posted[first.keeper.identity]
 
     def both(sha: str) -> None:
