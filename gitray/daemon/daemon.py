@@ -110,7 +110,7 @@ class Daemon:
         self.owner = owner_for(settings.shards, self.wiring, self.scheduler, self.metrics,
                                self.fleet, self._stopping, self.trigger_poll,
                                self._api_problem, on_gained=self._resume_released,
-                               post_overall=lambda sha, *s: self.statuses.post(sha, None, *s))
+                               post_overall=lambda sha, *s: self.statuses.post_later(sha, None, *s))
         self.dispatch = Dispatcher(self.fleet, self.verdicts, self.post_status, self._executor,
                                    Ownership(settings.shards).shard)
         self.wait_watches = WaitWatches(self.kube, self.fleet, self._resume_released)

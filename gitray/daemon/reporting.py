@@ -6,6 +6,7 @@ objects a step changed. Best effort; I/O through ``gitray.hosts`` and ``gitray.k
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,9 @@ class StatusBridge:
         self._chosen: tuple[object, ...] = ()
         self._seen = PublishCounts()
         self._counting = threading.Lock()  # posts come from the runs' workers too
+        self._later: queue.SimpleQueue[tuple[str, ObjectKey | None, str, str]] = \
+            queue.SimpleQueue()
+        self._poster: threading.Thread | None = None
 
     def configure(self, snapshot: Snapshot, cache: Path) -> None:
         """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
@@ -66,6 +70,26 @@ class StatusBridge:
         self.publisher.publish(CommitStatus(sha, context_for(self.prefix, key), State(state),
                                             description))
         self._count()
+
+    def post_later(self, sha: str, key: ObjectKey | None, state: str, description: str
+                   ) -> None:
+        """:meth:`post` on a thread of its own, in order, returning at once: for a caller that
+        must not wait for the Git host (a shard keeper's round renews its Leases: a post held
+        behind other posts or a slow push let a Lease lapse while its holder still drove it)."""
+        self._later.put((sha, key, state, description))
+        with self._counting:
+            if self._poster is None:
+                self._poster = threading.Thread(target=self._posting, daemon=True,
+                                                name="gitray-status-later")
+                self._poster.start()
+
+    def _posting(self) -> None:
+        while True:
+            sha, key, state, description = self._later.get()
+            try:
+                self.post(sha, key, state, description)
+            except Exception:  # (best effort, like every status; the thread must go on)
+                log.exception("commit status %s on %s not posted", state, sha[:7])
 
     def flush(self) -> None:
         if self.publisher is not None:
