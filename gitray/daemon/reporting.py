@@ -42,7 +42,7 @@ class StatusBridge:
         self._counting = threading.Lock()  # posts come from the runs' workers too
         self._later: queue.SimpleQueue[tuple[str, ObjectKey | None, str, str]] = \
             queue.SimpleQueue()
-        self._poster: threading.Thread | None = None
+        threading.Thread(target=self._posting, daemon=True, name="gitray-status-later").start()
 
     def configure(self, snapshot: Snapshot, cache: Path) -> None:
         """Pick the provider from gitray.yaml (+ overrides); keep it while they don't change.
@@ -77,11 +77,6 @@ class StatusBridge:
         must not wait for the Git host (a shard keeper's round renews its Leases: a post held
         behind other posts or a slow push let a Lease lapse while its holder still drove it)."""
         self._later.put((sha, key, state, description))
-        with self._counting:
-            if self._poster is None:
-                self._poster = threading.Thread(target=self._posting, daemon=True,
-                                                name="gitray-status-later")
-                self._poster.start()
 
     def _posting(self) -> None:
         while True:
