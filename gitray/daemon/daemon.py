@@ -59,7 +59,7 @@ from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.signals import Signals
 from gitray.daemon.standby import Revisions, Standby
-from gitray.daemon.state import StateBox
+from gitray.daemon.state import PassLock, StateBox
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.daemon.waitwatch import WaitWatches
 from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
@@ -98,7 +98,7 @@ class Daemon:
         self.events = EventRecorder(self.kube, settings.execution.identity)
         self.state = StateBox()  # shared by the jobs, the webhook and the probes
         self.revisions = Revisions()  # the last commit's files, each file's validated result
-        self._lock = threading.Lock()  # one sync pass at a time
+        self._lock = PassLock()  # one sync pass at a time
         self.standby = Standby(settings, self.kube, self.revisions, self._lock)
         self._stopping = threading.Event()
         self._poked = threading.Event()  # a webhook came in: a pass waiting looks at Git now

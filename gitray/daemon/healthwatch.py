@@ -13,7 +13,6 @@ that could not be read (``unknown (...)``) changes nothing.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -23,7 +22,7 @@ from gitray.core.snapshot import Snapshot
 from gitray.daemon.owners import owned_desired
 from gitray.daemon.signals import HealthChange, Signals
 from gitray.daemon.standby import Revisions
-from gitray.daemon.state import StateBox
+from gitray.daemon.state import PassLock, StateBox
 from gitray.engine.apply import Desired
 from gitray.engine.ownership import Ownership, owned
 
@@ -57,12 +56,12 @@ class HealthWatch:
 
 class HealthJob:
     """The daemon's scheduler job: the watch, only while the leader is in sync at the revision
-    it holds, never beside a pass (``passing`` held). Sharded, it reads the workloads of the
-    shards held (``ownership``) and speaks only for those still held in the same epoch when
-    the read ends (a shard lost meanwhile is its next holder's to report)."""
+    it holds, never beside a pass nor ahead of one waiting (``passing``). Sharded, it reads the
+    workloads of the shards held (``ownership``) and speaks only for those still held in the
+    same epoch when the read ends (a shard lost meanwhile is its next holder's to report)."""
 
     def __init__(self, watch: HealthWatch, state: StateBox, revisions: Revisions,
-                 passing: threading.Lock, active: Callable[[], bool],
+                 passing: PassLock, active: Callable[[], bool],
                  health: Callable[[Desired], Mapping[ObjectKey, str]],
                  desired: Callable[[Snapshot], Desired],
                  ownership: Callable[[], Ownership]) -> None:
@@ -75,7 +74,7 @@ class HealthJob:
         if not self.active() or not s.synced or s.attempted != s.synced or snapshot is None \
                 or snapshot.revision != s.synced:
             return
-        if not self.passing.acquire(blocking=False):
+        if not self.passing.acquire_if_idle():
             return
         try:
             own = self.ownership()

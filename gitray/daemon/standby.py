@@ -11,7 +11,6 @@ not a cold load.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from gitray.core.credentials import redact_url
 from gitray.core.errors import GitrayError
 from gitray.core.snapshot import Snapshot
 from gitray.daemon.settings import DaemonSettings
+from gitray.daemon.state import PassLock
 from gitray.engine.apply import desired_from
 from gitray.git.source import fetch_branch, read_snapshot
 from gitray.k8s.client import Kube
@@ -47,7 +47,7 @@ class Revisions:
 
 class Standby:
     def __init__(self, settings: DaemonSettings, kube: Kube, revisions: Revisions,
-                 passing: threading.Lock) -> None:
+                 passing: PassLock) -> None:
         self._settings = settings
         self._kube = kube
         self._revisions = revisions
@@ -61,7 +61,7 @@ class Standby:
         if self._prepared_at is not None and now - self._prepared_at < STANDBY_PREPARE_S:
             return
         self._prepared_at = now
-        if not self._passing.acquire(blocking=False):
+        if not self._passing.acquire_if_idle():
             return
         s = self._settings
         try:

@@ -2,13 +2,16 @@
 
 The lines themselves are gitray.plans.health's (pure); this module reads what they need: live
 state (given), the RayJobs KubeRay started for RayCronJobs (one LIST per namespace holding a
-RayCronJob) and, for a RayService, Serve's applications on its active cluster. Best effort:
+RayCronJob) and, for a RayService, Serve's applications on its active cluster (the dashboards
+located by one LIST per namespace: head pods, or Services; not one LIST per RayService, which
+held the daemon's pass lock for minutes at 10,000 RayServices). Best effort:
 health is display only, so a failed read gives ``unknown (...)`` and never an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from gitray.core.errors import GitrayError
@@ -21,13 +24,34 @@ from gitray.ray.dashboard import Resolver
 __all__ = ["health_by_workload"]
 
 
-def _serve(resolver: Resolver, namespace: str, cluster: str) -> str:
+def _serve(resolver: Resolver, locate: Callable[[str], str], namespace: str,
+           cluster: str) -> str:
     try:
-        with resolver.serve_client(namespace, cluster) as client:
+        with resolver.serve_client(namespace, cluster, url=locate(cluster)) as client:
             apps = client.applications().get("applications") or {}
     except GitrayError as e:
-        return f"unknown ({e})"[:60]
+        return _unknown(e)
     return serve_health(apps)
+
+
+def _unknown(e: GitrayError) -> str:
+    return f"unknown ({e})"[:60]
+
+
+def _locators(resolver: Resolver, namespaces: Iterable[str]) -> dict[str, Callable[[str], str]]:
+    """Each namespace's dashboards located by one LIST (a failed LIST: every cluster of the
+    namespace unknown, with its reason)."""
+    out: dict[str, Callable[[str], str]] = {}
+    for ns in sorted(set(namespaces)):
+        try:
+            out[ns] = resolver.locator(ns)
+        except GitrayError as e:
+            out[ns] = partial(_raise, e)
+    return out
+
+
+def _raise(e: GitrayError, cluster: str) -> str:
+    raise e
 
 
 def _cron_runs(kube: Kube, namespace: str) -> list[dict[str, Any]]:
@@ -44,11 +68,15 @@ def health_by_workload(kube: Kube, resolver: Resolver, keys: Iterable[ObjectKey]
     keys = sorted(set(keys))
     runs = {ns: _cron_runs(kube, ns)
             for ns in sorted({k.namespace for k in keys if k.kind == Kind.RAY_CRON_JOB})}
+    active = {k: read_rayservice_live(live.owned_by(k)).active
+              for k in keys if k.kind == Kind.RAY_SERVICE}
+    locate = _locators(resolver, (k.namespace for k, cluster in active.items() if cluster))
     out: dict[ObjectKey, str] = {}
     for key in keys:
-        if key.kind == Kind.RAY_SERVICE:
-            active = read_rayservice_live(live.owned_by(key)).active
-            out[key] = _serve(resolver, key.namespace, active) if active else "-"
+        if key in active:
+            cluster = active[key]
+            out[key] = _serve(resolver, locate[key.namespace], key.namespace, cluster) \
+                if cluster else "-"
         else:
             out[key] = workload_health(key.kind, live.owned_by(key), runs.get(key.namespace, []))
     return out

@@ -20,7 +20,7 @@ permission.
 from __future__ import annotations
 
 import json as _json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,10 +67,24 @@ def named_port(pod: Mapping[str, Any], name: str, default: int) -> int:
 def head_pod(kube: ClusterApi, namespace: str, cluster: str) -> dict[str, Any] | None:
     pods, _ = kube.list("v1", "Pod", namespace=namespace,
                         label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head")
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
-               and (p.get("status") or {}).get("podIP")
-               and not (p.get("metadata") or {}).get("deletionTimestamp")]
-    return running[0] if running else None
+    return _running_heads(pods).get(cluster)
+
+
+def _running_heads(pods: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The first running head pod of each cluster (``ray.io/cluster``) among ``pods``."""
+    heads: dict[str, dict[str, Any]] = {}
+    for p in pods:
+        status, meta = p.get("status") or {}, p.get("metadata") or {}
+        if status.get("phase") == "Running" and status.get("podIP") \
+                and not meta.get("deletionTimestamp"):
+            heads.setdefault(str((meta.get("labels") or {}).get("ray.io/cluster") or ""), p)
+    return heads
+
+
+def _pod_url(cluster: str, pod: Mapping[str, Any] | None) -> str:
+    if pod is None:
+        raise TransientError(f"cluster {cluster} has no running head pod yet")
+    return f"http://{_pod_ip(pod)}:{named_port(pod, 'dashboard', 8265)}"
 
 
 def _pod_ip(pod: Mapping[str, Any]) -> str:
@@ -154,8 +168,9 @@ class Resolver:
     token: str | None = None
     cluster_domain: str = "cluster.local"
 
-    def serve_client(self, namespace: str, cluster: str) -> ServeClient:
-        return ServeClient(self.dashboard_url(namespace, cluster), self._headers(),
+    def serve_client(self, namespace: str, cluster: str, *, url: str = "") -> ServeClient:
+        """The Serve API of ``cluster``'s dashboard (at ``url`` when located already)."""
+        return ServeClient(url or self.dashboard_url(namespace, cluster), self._headers(),
                            self._transport(),
                            _PROXY_TIMEOUT if self.mode is DashboardMode.PROXY
                            else _DIRECT_TIMEOUT,
@@ -174,12 +189,27 @@ class Resolver:
         """The dashboard's base URL: absolute for ``pod-ip`` and ``service``; for ``proxy``, a
         path on the API server."""
         if self.mode is DashboardMode.POD_IP:
-            pod = head_pod(self.kube, namespace, cluster)
-            if pod is None:
-                raise TransientError(f"cluster {cluster} has no running head pod yet")
-            return f"http://{_pod_ip(pod)}:{named_port(pod, 'dashboard', 8265)}"
+            return _pod_url(cluster, head_pod(self.kube, namespace, cluster))
+        svc = self.kube.get_or_none("v1", "Service", namespace, f"{cluster}-head-svc")
+        return self._service_url(namespace, cluster, svc)
+
+    def locator(self, namespace: str) -> Callable[[str], str]:
+        """:meth:`dashboard_url` for any cluster of ``namespace``, from one LIST (its head pods
+        with ``pod-ip``, its Services otherwise) instead of one read per cluster: for reading
+        many clusters at one moment (health), not for steps that wait on one."""
+        if self.mode is DashboardMode.POD_IP:
+            pods, _ = self.kube.list("v1", "Pod", namespace=namespace,
+                                     label_selector="ray.io/node-type=head")
+            heads = _running_heads(pods)
+            return lambda cluster: _pod_url(cluster, heads.get(cluster))
+        items, _ = self.kube.list("v1", "Service", namespace=namespace)
+        services = {str((s.get("metadata") or {}).get("name")): s for s in items}
+        return lambda cluster: self._service_url(namespace, cluster,
+                                                 services.get(f"{cluster}-head-svc"))
+
+    def _service_url(self, namespace: str, cluster: str,
+                     svc: Mapping[str, Any] | None) -> str:
         svc_name = f"{cluster}-head-svc"
-        svc = self.kube.get_or_none("v1", "Service", namespace, svc_name)
         port = 8265
         for p in ((svc or {}).get("spec") or {}).get("ports") or []:
             if p.get("name") == "dashboard":

@@ -6,16 +6,22 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gitray.core.config import DashboardMode
 from gitray.core.model import ObjectKey
+from gitray.engine.apply import desired_from, read_live
+from gitray.engine.health import health_by_workload
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
+from gitray.git.source import read_snapshot
 from gitray.k8s.client import Kube
 from gitray.k8s.settings import KubeSettings
+from gitray.ray.dashboard import Resolver
 from testenv.helpers import TestEnv, get_text, wait_for
 from testenv.manifests import dump, gitray_config, serve_config
 from testenv.rayservices import CALC, GREETER, HELLO, NEW_IMAGE, example_rayservice
@@ -116,6 +122,46 @@ def test_first_rollout_of_the_examples_rayservice(env: tuple[GitOpsRepo, Gitray,
     plan = gitray.run("plan", "--repo", str(repo.path), "--detailed-exitcode")
     assert plan.returncode == 0, output(plan)
     assert "No changes." in plan.stdout
+    health_read_by_one_list(cluster.env, repo, namespace)
+
+
+class CountingKube:
+    """The real client, its LISTs and GETs counted (a spy: every request reaches the API
+    server)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube, self.calls = kube, Counter[str]()
+
+    def list(self, api_version: str, kind: str, **kw: Any) -> Any:
+        self.calls[f"list {kind}"] += 1
+        return self.kube.list(api_version, kind, **kw)
+
+    def get_or_none(self, api_version: str, kind: str, namespace: str, name: str) -> Any:
+        self.calls[f"get {kind}"] += 1
+        return self.kube.get_or_none(api_version, kind, namespace, name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+
+def health_read_by_one_list(env: TestEnv, repo: GitOpsRepo, ns: str) -> None:
+    """The health line of the RayService from Serve on its head, in the two modes that reach a
+    dashboard from this host (pod-ip; proxy, the default outside a cluster), with its
+    dashboard located by one LIST of the namespace (head pods; Services), not a read per
+    cluster."""
+    kube = Kube.connect(KubeSettings(kubeconfig=env.kubeconfig))
+    try:
+        desired = desired_from(read_snapshot(str(repo.path)), {})
+        live = read_live(kube, desired)
+        key = ObjectKey("RayService", ns, SVC)
+        for mode, listed in ((DashboardMode.POD_IP, "list Pod"),
+                             (DashboardMode.PROXY, "list Service")):
+            spy = CountingKube(kube)
+            lines = health_by_workload(spy, Resolver(spy, mode), [key], live)  # type: ignore[arg-type]
+            assert lines == {key: "calc RUNNING, greeter RUNNING"}, (mode, lines)
+            assert spy.calls == {listed: 1}, (mode, spy.calls)
+    finally:
+        kube.close()
 
 
 def test_upgrade_serve_only_change_blue_green_rollback_and_deletion(

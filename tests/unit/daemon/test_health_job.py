@@ -8,7 +8,6 @@ watch, signals, metrics and state are the daemon's own."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +16,7 @@ from gitray.core.model import ObjectKey
 from gitray.daemon.healthwatch import HealthJob, HealthWatch
 from gitray.daemon.metrics import Metrics
 from gitray.daemon.signals import Signals
-from gitray.daemon.state import StateBox
+from gitray.daemon.state import PassLock, StateBox
 from gitray.engine.ownership import Ownership
 from gitray.engine.shards import shard_of
 from tests.clock import ManualClock
@@ -58,7 +57,7 @@ def job(held: list[dict[int, int]]) -> tuple[HealthJob, Metrics, list[tuple[Any,
     views = iter(held)
     everything = Desired(Result(tuple(SimpleNamespace(key=k) for k in (KEPT, LOST, OTHER))))
     made = HealthJob(HealthWatch(signals, lambda *status: posted.append(status)), state,
-                     revisions, threading.Lock(), lambda: True,  # type: ignore[arg-type]
+                     revisions, PassLock(), lambda: True,  # type: ignore[arg-type]
                      lambda d: {w.key: "greeter UNHEALTHY" for w in d.workloads},
                      lambda _snap: everything,  # type: ignore[arg-type,return-value]
                      lambda: Ownership(S, next(views)))
@@ -83,3 +82,4 @@ def test_held_throughout_every_workload_of_the_held_shards_is_read() -> None:
     read()
     assert sorted(key for _, key, _, _ in posted) == sorted([KEPT, LOST])
     assert sorted(metrics.table.views()) == sorted([KEPT, LOST])
+
