@@ -20,8 +20,9 @@ live objects again: the sweep) run against them:
    CPU per sweep
    (``/proc/<pid>/stat``: the window's CPU over its sweeps, so the health watch between
    passes and the Lease rounds are in it), the requests its client sent per sweep
-   (``bench/counted.py``: LISTs of the kinds a pass reads; LIST pods are the health watch's,
-   one per RayService per read with ``--dashboard pod-ip``), and the API server's counts over
+   (``bench/counted.py``: LISTs of the kinds a pass reads; LIST pods are the health watch's:
+   with ``--dashboard pod-ip``, one per namespace per read since ``ac21b7c``, one per
+   RayService per read before), and the API server's counts over
    the window (all clients); and how many workloads it reports in sync
    (``gitray_workload_state``: its own shards' only, so the replicas' counts add up to the
    whole when each plans only its part; the table keeps at most 2,000);
