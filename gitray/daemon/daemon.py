@@ -62,11 +62,11 @@ from gitray.daemon.standby import Revisions, Standby
 from gitray.daemon.state import PassLock, StateBox
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.daemon.waitwatch import WaitWatches
-from gitray.engine.apply import Desired, desired_from, live_plan, read_live, resumable
+from gitray.engine.apply import Desired, desired_from, live_plan, resumable
 from gitray.engine.controls import retry_wanted
 from gitray.engine.executor import Executor, StepEvent, SupersedeCheck, WorkloadOutcome
 from gitray.engine.fleet import Fleet, Flight
-from gitray.engine.health import health_by_workload
+from gitray.engine.health import health_of
 from gitray.engine.ownership import Ownership, owned, posts_overall, shard_labels
 from gitray.engine.record import RunState
 from gitray.engine.shards import shard_label
@@ -414,9 +414,7 @@ class Daemon:
     def _health(self, desired: Desired) -> dict[ObjectKey, str]:
         """Each workload's health line for its success status (best effort: display only)."""
         try:
-            live = read_live(self.kube, desired)
-            return health_by_workload(self.kube, self.wiring.resolver,
-                                      [w.key for w in desired.workloads], live)
+            return health_of(self.kube, self.wiring.resolver, desired)
         except GitrayError as e:
             log.info("health for the commit statuses not read: %s", e)
             return {}

@@ -16,12 +16,13 @@ from typing import Any
 
 from gitray.core.errors import GitrayError
 from gitray.core.model import API_VERSION_RAY, Kind, LiveState, ObjectKey
+from gitray.engine.apply import Desired, read_live_store
 from gitray.k8s.client import Kube
 from gitray.plans.health import CRONJOB_LABEL, serve_health, workload_health
 from gitray.plans.rayservice.planner import read_rayservice_live
 from gitray.ray.dashboard import Resolver
 
-__all__ = ["health_by_workload"]
+__all__ = ["health_by_workload", "health_of"]
 
 
 def _serve(resolver: Resolver, locate: Callable[[str], str], namespace: str,
@@ -79,4 +80,20 @@ def health_by_workload(kube: Kube, resolver: Resolver, keys: Iterable[ObjectKey]
                 if cluster else "-"
         else:
             out[key] = workload_health(key.kind, live.owned_by(key), runs.get(key.namespace, []))
+    return out
+
+
+def health_of(kube: Kube, resolver: Resolver, desired: Desired) -> dict[ObjectKey, str]:
+    """:func:`health_by_workload` of ``desired``'s workloads, their live objects read the way
+    a pass reads them (``read_live_store``): only theirs kept (a replica's shards), decoded one
+    namespace at a time, never the whole live state at once (benchmark 12: a health read held
+    every live object of 20,000 workloads decoded, on every replica)."""
+    keys = {w.key for w in desired.workloads}
+    store = read_live_store(kube, desired, keys.__contains__)
+    by_namespace: dict[str, list[ObjectKey]] = {}
+    for key in sorted(keys):
+        by_namespace.setdefault(key.namespace, []).append(key)
+    out: dict[ObjectKey, str] = {}
+    for namespace, batch in sorted(by_namespace.items()):
+        out.update(health_by_workload(kube, resolver, batch, store.take(namespace)))
     return out

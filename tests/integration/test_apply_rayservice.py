@@ -15,7 +15,7 @@ import pytest
 from gitray.core.config import DashboardMode
 from gitray.core.model import ObjectKey
 from gitray.engine.apply import desired_from, read_live
-from gitray.engine.health import health_by_workload
+from gitray.engine.health import health_by_workload, health_of
 from gitray.engine.progress import RecordReader
 from gitray.engine.record import Record, RunState
 from gitray.git.source import read_snapshot
@@ -160,6 +160,9 @@ def health_read_by_one_list(env: TestEnv, repo: GitOpsRepo, ns: str) -> None:
             lines = health_by_workload(spy, Resolver(spy, mode), [key], live)  # type: ignore[arg-type]
             assert lines == {key: "calc RUNNING, greeter RUNNING"}, (mode, lines)
             assert spy.calls == {listed: 1}, (mode, spy.calls)
+        # the daemon's read: the live objects of the workloads asked, one namespace at a time
+        assert health_of(kube, Resolver(kube, DashboardMode.PROXY), desired) == \
+            {key: "calc RUNNING, greeter RUNNING"}
     finally:
         kube.close()
 

@@ -47,8 +47,15 @@ def in_shard(shard: int) -> ObjectKey:
 KEPT, LOST, OTHER = in_shard(0), in_shard(1), in_shard(2)
 
 
-def job(held: list[dict[int, int]]) -> tuple[HealthJob, Metrics, list[tuple[Any, ...]]]:
-    """The job of a replica whose ownership is read as ``held`` says, in turn."""
+def job(held: list[dict[int, int]], clock: ManualClock | None = None, read_s: float = 0.0
+        ) -> tuple[HealthJob, Metrics, list[tuple[Any, ...]]]:
+    """The job of a replica whose ownership is read as ``held`` says, in turn (each read
+    taking ``read_s`` on ``clock``)."""
+    clock = clock or ManualClock()
+
+    def health(d: Any) -> dict[ObjectKey, str]:
+        clock.advance(read_s)
+        return {w.key: "greeter UNHEALTHY" for w in d.workloads}
     metrics, posted = Metrics(), []
     signals = Signals(metrics, clock=ManualClock())
     state = StateBox()
@@ -58,9 +65,8 @@ def job(held: list[dict[int, int]]) -> tuple[HealthJob, Metrics, list[tuple[Any,
     everything = Desired(Result(tuple(SimpleNamespace(key=k) for k in (KEPT, LOST, OTHER))))
     made = HealthJob(HealthWatch(signals, lambda *status: posted.append(status)), state,
                      revisions, PassLock(), lambda: True,  # type: ignore[arg-type]
-                     lambda d: {w.key: "greeter UNHEALTHY" for w in d.workloads},
-                     lambda _snap: everything,  # type: ignore[arg-type,return-value]
-                     lambda: Ownership(S, next(views)))
+                     health, lambda _snap: everything,  # type: ignore[arg-type,return-value]
+                     lambda: Ownership(S, next(views)), clock)
     return made, metrics, posted
 
 
@@ -83,3 +89,16 @@ def test_held_throughout_every_workload_of_the_held_shards_is_read() -> None:
     assert sorted(key for _, key, _, _ in posted) == sorted([KEPT, LOST])
     assert sorted(metrics.table.views()) == sorted([KEPT, LOST])
 
+
+
+def test_a_read_that_took_t_is_followed_by_t_without_one() -> None:
+    clock = ManualClock()
+    read, _, _ = job([{0: 3, 1: 3}] * 6, clock, read_s=40.0)  # (a read at 10,000 workloads)
+    reads = []
+    for _ in range(10):  # the scheduler calls it every 10 s
+        before = clock()
+        read()
+        reads.append(clock() > before)
+        clock.advance(10)
+    # read at 0 (ends at 40), rests to 80; the calls at 50, 60, 70 pass; reads at 80 ...
+    assert reads == [True, False, False, False, True, False, False, False, True, False]
