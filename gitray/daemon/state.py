@@ -60,9 +60,9 @@ class PassLock:
     """One sync pass at a time. A pass waits for it (``with``); the jobs that read beside
     passes (the health watch, a standby's preparation) take it only when it is free and no
     pass is waiting (:meth:`acquire_if_idle`), so a reader that runs round after round never
-    keeps a pass out: a plain lock is not fair, and at 10,000 RayServices the health watch,
-    taking it again as soon as it let it go, kept every drift pass of two replicas waiting
-    for ten minutes (bench/README.md, benchmark 12)."""
+    keeps a pass out: a plain lock is not fair, and the health watch could take it again as
+    soon as it let it go (suspected in benchmark 12, where two replicas at 10,000 RayServices
+    finished no drift pass in ten minutes; bench/README.md)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -31,12 +31,8 @@ def _serve(resolver: Resolver, locate: Callable[[str], str], namespace: str,
         with resolver.serve_client(namespace, cluster, url=locate(cluster)) as client:
             apps = client.applications().get("applications") or {}
     except GitrayError as e:
-        return _unknown(e)
+        return f"unknown ({e})"[:60]
     return serve_health(apps)
-
-
-def _unknown(e: GitrayError) -> str:
-    return f"unknown ({e})"[:60]
 
 
 def _locators(resolver: Resolver, namespaces: Iterable[str]) -> dict[str, Callable[[str], str]]:
