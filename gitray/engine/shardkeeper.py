@@ -39,7 +39,7 @@ from gitray.engine.shardview import Changes
 from gitray.k8s import election
 from gitray.k8s.client import Kube
 from gitray.k8s.election import LeaseRecord, LeaseSettings
-from gitray.k8s.lease import create_lease
+from gitray.k8s.leasewrite import create_lease
 
 __all__ = ["DRAIN_MAX_S", "FORGET_AFTER_S", "Busy", "OnChanges", "ShardFence", "ShardKeeper"]
 

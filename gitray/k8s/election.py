@@ -30,6 +30,7 @@ __all__ = [
     "next_record",
     "released_record",
     "renew_is_fresh",
+    "renew_stall",
     "retry_delay",
 ]
 
@@ -204,3 +205,13 @@ def lost_because(live: Mapping[str, Any], identity: str, epoch: int | None, uid:
     if record.transitions != epoch:
         return f"it moved on to epoch {record.transitions}"
     return ""
+
+
+def renew_stall(last_error: str, started: float | None, now: float) -> str:
+    """Why no renew succeeded, for the step-down message: how long the renew in flight has
+    waited (a slow API server) and the last error; when neither, that no renew ran at all
+    (a process starved of CPU or paused)."""
+    parts = ([f"a renew request has waited {now - started:.1f} s for the API server"]
+             if started is not None else [])
+    parts += [f"last error: {last_error}"] if last_error else []
+    return "; ".join(parts) or "no renew attempt was running: was this process starved of CPU?"

@@ -11,8 +11,10 @@ process's own monotonic clock by when it last saw the record change) and adds:
   before touching the network) *and* a fresh read still names this process in the same epoch.
 
 Every write is a ``replace`` carrying the ``resourceVersion`` read (compare-and-swap), so two
-candidates never both believe they took the Lease. This module does the API calls and runs the
-renewing threads.
+candidates never both believe they took the Lease; the holder renews by one write over the Lease
+as it last wrote it, reading first only when that write fails (client-go's fast path). This
+module keeps the holder's state and runs the renewing threads; the writes are
+:mod:`gitray.k8s.leasewrite`.
 """
 
 from __future__ import annotations
@@ -26,14 +28,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gitray.core.errors import (
-    ConfigError,
     GitrayError,
     LeaseBusyError,
     LeaseLostError,
-    NotFoundError,
     TransientError,
 )
-from gitray.core.timefmt import utc_timestamp
 from gitray.core.waits import Clock, Deadline, poll
 from gitray.k8s.client import Kube
 from gitray.k8s.election import (
@@ -44,13 +43,14 @@ from gitray.k8s.election import (
     lease_body,
     lost_because,
     new_lease_body,
-    next_record,
     released_record,
     renew_is_fresh,
+    renew_stall,
     retry_delay,
 )
+from gitray.k8s.leasewrite import create_lease, renew_in_place, wall_now, write_next
 
-__all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease", "create_lease"]
+__all__ = ["LAPSE_MARGIN_S", "LEASE_API_VERSION", "Lease"]
 
 _KIND = "Lease"
 RENEW_ERROR_MARGIN_S = 0.5
@@ -59,36 +59,7 @@ LAPSE_MARGIN_S = 0.05  # try this long after the observed lapse (clock granulari
 log = logging.getLogger(__name__)
 
 
-def _wall_now() -> str:
-    # MicroTime: written for people and other tools; never read back for decisions.
-    return utc_timestamp(digits=6)
-
-
 OnLost = Callable[[str], None]
-
-
-def create_lease(kube: Kube, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Create the Lease ``body``: ConflictError when another process created it first, a
-    ConfigError that says what to do when its namespace does not exist."""
-    namespace = body["metadata"]["namespace"]
-    try:
-        return kube.create(body)
-    except NotFoundError as e:
-        if f'namespaces "{namespace}" not found' not in str(e):
-            raise
-        raise ConfigError(
-            f"the Lease namespace {namespace!r} does not exist: create it (kubectl create "
-            f"namespace {namespace}) or choose another with --lease-namespace") from e
-
-
-def renew_stall(last_error: str, started: float | None, now: float) -> str:
-    """Why no renew succeeded, for the step-down message: how long the renew in flight has
-    waited (a slow API server) and the last error; when neither, that no renew ran at all
-    (a process starved of CPU or paused)."""
-    parts = ([f"a renew request has waited {now - started:.1f} s for the API server"]
-             if started is not None else [])
-    parts += [f"last error: {last_error}"] if last_error else []
-    return "; ".join(parts) or "no renew attempt was running: was this process starved of CPU?"
 
 
 class Lease:
@@ -119,6 +90,7 @@ class Lease:
         self._lost_reason = "it was never acquired"
         self._last_error = ""
         self._renew_started: float | None = None  # when the renew in flight began, if any
+        self._written: dict[str, Any] | None = None  # the Lease as this process last wrote it
         self._on_lost: OnLost | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -260,7 +232,7 @@ class Lease:
                 live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
                 if live is None or lost_because(live, self._settings.identity, epoch, uid):
                     return False
-                released = released_record(LeaseRecord.from_spec(live.get("spec")), _wall_now())
+                released = released_record(LeaseRecord.from_spec(live.get("spec")), wall_now())
                 written = self._kube.replace(lease_body(live, released))
                 with self._lock:
                     self._observed.see(LeaseRecord.from_spec(written.get("spec")), self._clock())
@@ -357,6 +329,8 @@ class Lease:
 
     def _read_and_write(self, t0: float, renewing: bool, renew_only: bool, term: int,
                         epoch: int | None, uid: str) -> bool:
+        if renewing and (renewed := self._renew_in_place(t0, term)) is not None:
+            return renewed
         s = self._settings
         live = self._kube.get_or_none(LEASE_API_VERSION, _KIND, s.namespace, s.name)
         if live is None:
@@ -375,14 +349,21 @@ class Lease:
                 return False
         elif renew_only or not self._observed.claimable(s.identity, t0):
             return False
-        new = next_record(record, s.identity, renewing=renewing,
-                          duration_s=s.lease_duration_s, now_wall=_wall_now())
-        written = self._kube.replace(lease_body(live, new))
+        written = write_next(self._kube, live, s.identity, renewing=renewing,
+                             duration_s=s.lease_duration_s)
         return self._won(written, t0, renewing, term)
+
+    def _renew_in_place(self, t0: float, term: int) -> bool | None:
+        """Renew by one write over the Lease as last written here; None: read it first."""
+        with self._lock:
+            written = self._written
+        replaced = written and renew_in_place(self._kube, written, self._settings.identity,
+                                              self._settings.lease_duration_s)
+        return self._won(replaced, t0, renewing=True, term=term) if replaced else None
 
     def _create(self, t0: float) -> bool:
         s = self._settings
-        now = _wall_now()
+        now = wall_now()
         record = LeaseRecord(holder=s.identity, duration_s=s.lease_duration_s,
                              acquire_time=now, renew_time=now, transitions=0)
         created = create_lease(self._kube, new_lease_body(s, record))
@@ -402,6 +383,7 @@ class Lease:
                 self._uid = str((written.get("metadata") or {}).get("uid", ""))
                 self._lost_reason = ""
             self._last_renew = t0
+            self._written = dict(written)
         self._last_error = ""
         if not renewing:
             log.info("took the %s as %s (epoch %d)", self.where, self._settings.identity,
@@ -409,7 +391,12 @@ class Lease:
         return True
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self._settings.retry_period_s):
+        # a renew is due a retry period after the last one began (not after it ended): renews
+        # that an API server answers late follow each other at once
+        period = self._settings.retry_period_s
+        pause = period
+        while not self._stop.wait(pause):
+            began = time.monotonic()
             try:
                 with self._attempts:
                     with self._lock:
@@ -425,6 +412,7 @@ class Lease:
             except GitrayError as e:  # terminal (e.g. RBAC): keep trying until the deadline
                 self._last_error = str(e)
                 log.warning("renewing the %s failed: %s", self.where, e)
+            pause = max(0.0, began + period - time.monotonic())
 
     def _deadline_loop(self) -> None:
         deadline = self._settings.renew_deadline_s

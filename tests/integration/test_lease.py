@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -338,6 +339,86 @@ def test_a_slow_api_server_is_given_the_renew_deadline_not_the_request_timeout(
         wait_for(lambda: lost, timeout=15, interval=0.05, what="a to step down")
         assert time.monotonic() - cut <= 10 + 0.5
         assert "renew deadline" in lost[0] and "no answer within" in lost[0], lost
+    finally:
+        a.stop_renewing()
+        link.close()
+
+
+class CountingKube:
+    """The elector's real client, its Lease reads and writes counted (a spy: every request
+    reaches the API server)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube, self.gets, self.replaces = kube, 0, 0
+
+    def get_or_none(self, *args: Any) -> Any:
+        self.gets += 1
+        return self.kube.get_or_none(*args)
+
+    def replace(self, body: Any) -> Any:
+        self.replaces += 1
+        return self.kube.replace(body)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+
+def test_the_holder_renews_by_one_write_and_reads_only_when_someone_else_wrote(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    """client-go's fast path: a renew replaces the Lease as this holder last wrote it, no read
+    first; when another writer changed the Lease (here an annotation: the holder is the same),
+    that write fails its compare-and-swap, and the renew reads the Lease and writes again."""
+    a = electors("a", short=True)
+    spy = CountingKube(electors.kube(a))
+    a._kube = spy  # type: ignore[assignment]
+    assert a.acquire(timeout_s=5) == 0
+    a.start_renewing()
+    renewed = live_spec(testenv, namespace)["renewTime"]
+    wait_for(lambda: spy.replaces >= 5, timeout=10, interval=0.05, what="five renews")
+    assert live_spec(testenv, namespace)["renewTime"] != renewed
+    assert spy.gets == 1, spy.gets  # the acquire's read; none by the renews
+    kube = Kube.connect(KubeSettings(kubeconfig=str(testenv.kubeconfig)))
+    try:
+        kube.patch("coordination.k8s.io/v1", "Lease", namespace, "gitray",
+                   {"metadata": {"annotations": {"example.com/note": "seen"}}})
+    finally:
+        kube.close()
+    wait_for(lambda: spy.gets == 2, timeout=5, interval=0.05, what="a renew that reads")
+    writes = spy.replaces
+    wait_for(lambda: spy.replaces >= writes + 3, timeout=5, interval=0.05, what="more renews")
+    assert spy.gets == 2, spy.gets  # one read after the failed write, then writes alone
+    assert a.is_leader
+    a.ensure_held()
+
+
+def test_renews_that_the_api_server_answers_late_follow_each_other_at_once(
+        electors: Electors, testenv: TestEnv, namespace: str) -> None:
+    """An API server that answers every request 4.5 s late (the request timeout is 5 s) with
+    client-go's 15 s / 10 s / 2 s: a renew is one request, and the next one starts when it
+    ends (it is due 2 s after the last one began), so a renew succeeds every ~4.5 s and the
+    leader keeps the Lease through a 25 s slow spell. A renew that read first (9 s) and then
+    paused 2 s would see the 10 s renew deadline pass."""
+    a = electors("a")
+    kube = electors.kube(a)
+    host = kube.api_client.configuration.host.removeprefix("https://")
+    link = SlowLink((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])), delay=4.5)
+    kube.api_client.configuration.host = f"https://127.0.0.1:{link.port}"
+    lost: list[str] = []
+    try:
+        assert a.acquire(timeout_s=5) == 0
+        a.start_renewing(on_lost=lost.append)
+        link.slow.set()
+        times: list[object] = []
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and not lost:
+            spec = live_spec(testenv, namespace)
+            if not times or spec["renewTime"] != times[-1]:
+                times.append(spec["renewTime"])
+            time.sleep(0.2)
+        link.slow.clear()
+        assert not lost, lost
+        assert a.is_leader
+        assert len(times) >= 4, times  # renewTimes seen during the slow spell
     finally:
         a.stop_renewing()
         link.close()

@@ -22,9 +22,9 @@ from gitray.k8s.election import (
     next_record,
     released_record,
     renew_is_fresh,
+    renew_stall,
     retry_delay,
 )
-from gitray.k8s.lease import renew_stall
 
 # ---- durations ------------------------------------------------------------------------------
 
