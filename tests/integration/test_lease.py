@@ -274,6 +274,14 @@ class SlowLink:
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
+    @classmethod
+    def between(cls, kube: Kube, delay: float) -> SlowLink:
+        """A link from ``kube`` (from now on) to the API server it was talking to."""
+        host, port = kube.api_client.configuration.host.removeprefix("https://").rsplit(":", 1)
+        link = cls((host, int(port)), delay)
+        kube.api_client.configuration.host = f"https://127.0.0.1:{link.port}"
+        return link
+
     def _accept(self) -> None:
         while not self._closed:
             try:
@@ -315,9 +323,7 @@ def test_a_slow_api_server_is_given_the_renew_deadline_not_the_request_timeout(
     the 10 s renew deadline), and steps down when the API server stops answering at all."""
     a = electors("a", request_timeout_s=1)
     kube = electors.kube(a)
-    host = kube.api_client.configuration.host.removeprefix("https://")
-    link = SlowLink((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])), delay=1.5)
-    kube.api_client.configuration.host = f"https://127.0.0.1:{link.port}"
+    link = SlowLink.between(kube, delay=1.5)
     lost: list[str] = []
     try:
         assert a.acquire(timeout_s=5) == 0
@@ -399,10 +405,7 @@ def test_renews_that_the_api_server_answers_late_follow_each_other_at_once(
     leader keeps the Lease through a 25 s slow spell. A renew that read first (9 s) and then
     paused 2 s would see the 10 s renew deadline pass."""
     a = electors("a")
-    kube = electors.kube(a)
-    host = kube.api_client.configuration.host.removeprefix("https://")
-    link = SlowLink((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])), delay=4.5)
-    kube.api_client.configuration.host = f"https://127.0.0.1:{link.port}"
+    link = SlowLink.between(electors.kube(a), delay=4.5)
     lost: list[str] = []
     try:
         assert a.acquire(timeout_s=5) == 0
