@@ -23,6 +23,7 @@ both clusters' Serve ``target_capacity`` summed (each cluster's dashboard, every
 the traffic ended.
 
     python3 -m bench.incremental --state-dir DIR     # an environment from up --gateway
+    python3 -m bench.incremental --runs OUT1 OUT2 OUT3   # several runs' incremental.json, one table
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import statistics
 import sys
 import threading
 import time
@@ -53,7 +55,7 @@ from testenv.load import LoadGenerator
 from testenv.rayservices import incremental_rayservice
 from testenv.routes import RouteObserver, describe, periods
 
-__all__ = ["manifest", "run", "table"]
+__all__ = ["manifest", "run", "runs_table", "table"]
 
 SVC = "serve-demo"
 RATE = 20.0
@@ -226,11 +228,47 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _seconds(values: list[float | None], absent: str) -> str:
+    text = "; ".join(absent if v is None else f"{v}" for v in values)
+    numbers = [v for v in values if v is not None]
+    if len(numbers) == len(values) > 1:
+        text += f" (median {statistics.median(numbers):.1f})"
+    return text
+
+
+def runs_table(runs: list[dict[str, Any]]) -> str:
+    """Markdown: per version / controller, each figure run by run (in order), and the median
+    of the times where every run gave one. Pure."""
+    rows = ["| version / controller | change → 100 % new (s) | change → one cluster (s) | "
+            "requests failed / sent | traffic ended on |", "|---|---|---|---|---|"]
+    keys = [k for k in runs[0]["runs"]] if runs else []
+    for key in keys:
+        results = [r["runs"].get(key, {"error": "not run"}) for r in runs]
+        if any("error" in r for r in results):
+            rows.append(f"| {key} | " + "; ".join(r.get("error", "ok") for r in results)
+                        + " | | | |")
+            continue
+        rows.append(
+            f"| {key} | {_seconds([r['to_100_s'] for r in results], 'never')} | "
+            f"{_seconds([r['ended_s'] for r in results], f'> {CAP_S:.0f}')} | "
+            + "; ".join(f"{r['requests']['failed']} / {r['requests']['sent']}"
+                        for r in results)
+            + " | " + "; ".join(r["end"] for r in results) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python3 -m bench.incremental")
-    p.add_argument("--state-dir", required=True,
-                   help="a running environment started with scripts/testenv up --gateway")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir",
+                       help="a running environment started with scripts/testenv up --gateway")
+    where.add_argument("--runs", nargs="+", metavar="OUT",
+                       help="GITRAY_BENCH_OUT directories of earlier runs: one table of them")
     args = p.parse_args(argv)
+    if args.runs:
+        print(runs_table([json.loads((Path(d) / "incremental.json").read_text())
+                          for d in args.runs]))
+        return 0
     state = control.State.load(Path(args.state_dir))
     if state is None or "traefik" not in state.components:
         print(f"{args.state_dir}: not an environment started with up --gateway",
