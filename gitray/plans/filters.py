@@ -25,11 +25,14 @@ __all__ = ["earliest_deadline", "hold_back", "only_deletions", "skip_failed"]
 
 def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list[ObjectKey]]:
     """``plan`` without the steps of workloads whose run failed at this revision for the same
-    desired spec (``failed``: key -> desired hash of such runs), and the keys left out."""
+    desired spec (``failed``: key -> desired hash of such runs), and their keys: the failures
+    that stand. A workload whose failed run left nothing to do (a RayJob whose job ran and
+    failed: its object is as Git says) is one of them too, with or without steps: its commit is
+    not in sync, and the waves after it do not start."""
     keep: list[WorkloadPlan] = []
     skipped: list[ObjectKey] = []
     for w in plan.workloads:
-        if w.steps and failed.get(w.key, None) == w.desired_hash:
+        if failed.get(w.key, None) == w.desired_hash:
             keep.append(replace(w, steps=()))
             skipped.append(w.key)
         else:

@@ -134,6 +134,12 @@ def test_a_serve_app_gone_bad_and_a_failing_rayjob_are_notified_and_a_hung_recei
                           or None, timeout=30, what="the run-failed notification")
         assert failed[0]["workload"] == {"kind": "RayJob", "namespace": ns, "name": "broken"}
         assert "no data in /datasets/x" in failed[0]["fields"]["reason"], failed[0]
+        # the failure stands at that commit: the passes after the run (its end asks for one at
+        # once, then every poll) find nothing to do, and must not say it in sync (they did)
+        time.sleep(2 * INTERVAL_S)
+        said = notes(bare, second)
+        assert said[job]["state"] == "failure", said[job]
+        assert said["gitray"]["state"] == "failure", said["gitray"]
 
         # every event in order, heard while the hanging receiver still holds its first post
         events = [(b["revision"], b["event"]) for b in receiver.got]
