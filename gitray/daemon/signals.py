@@ -222,11 +222,6 @@ class Signals:
         except Exception:
             log.exception("notifications/metrics of a convergence")
 
-    def unhealthy_since(self, key: ObjectKey) -> float:
-        """When ``key`` turned unhealthy, as the health reads so far saw it (wall clock; now
-        when they never saw it unhealthy)."""
-        return self._unhealthy_since.get(key, self.clock())
-
     def health(self, sha: str, keys: Iterable[ObjectKey], lines: Mapping[ObjectKey, str]
                ) -> list[HealthChange]:
         """Health read for ``keys``: the gauge follows it; a workload that turned unhealthy

@@ -22,14 +22,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from gitray.core.model import ObjectKey
-from gitray.daemon.healthwatch import describe
 from gitray.daemon.metrics import Metrics
-from gitray.daemon.signals import HealthChange, Signals
+from gitray.daemon.signals import Signals
 from gitray.daemon.state import StateBox
 from gitray.engine.apply import Desired, unappliable
 from gitray.engine.executor import Outcome, WorkloadOutcome
 from gitray.engine.fleet import Flight
-from gitray.engine.notices import healthy
 from gitray.k8s.client import Kube
 from gitray.plans.filters import hold_back
 from gitray.plans.plan import Plan
@@ -141,10 +139,7 @@ class Verdicts:
 
     def converged(self, sha: str, desired: Desired) -> None:
         """A pass of ``sha`` found nothing to do and nothing in flight: in sync. Said once
-        per commit, and again for workloads it did not cover then (shards gained since). A
-        workload whose health line says unhealthy is in sync but its status is a failure, as
-        the health watch posts it (which speaks only when the health changes: a RayService
-        unhealthy before a commit that leaves it alone stays unhealthy at that commit)."""
+        per commit, and again for workloads it did not cover then (shards gained since)."""
         keys = frozenset(w.key for w in desired.workloads)
         with self._lock:
             self._tallies.pop(sha, None)
@@ -160,10 +155,6 @@ class Verdicts:
         self.signals.converged(sha, [w.key for w in desired.workloads], health)
         for w in (w for w in desired.workloads if w.key in fresh):
             line = health.get(w.key, "-")
-            if healthy(line) is False:  # in sync, but unhealthy: as the health watch says it
-                change = HealthChange(w.key, line, False, self.signals.unhealthy_since(w.key))
-                self.post_status(sha, w.key, *describe(sha, change))
-                continue
             self.post_status(sha, w.key, "success", f"in sync at {sha[:7]}"
                              + (f": {line}" if line != "-" else ""))
         self.post_status(sha, None, "success", f"{len(desired.workloads)} workload(s) in "

@@ -66,18 +66,3 @@ def test_a_new_commit_is_said_in_sync_for_every_workload() -> None:
     posted.clear()
     verdicts.converged("d" * 40, desired(A, B))
     assert [k for k, _, _ in posted] == [A, B, None]
-
-
-def test_an_unhealthy_workload_in_sync_is_posted_as_a_failure_as_the_health_watch_says_it() -> None:
-    """The health watch speaks only when health changes: a RayService unhealthy before a
-    commit that leaves it alone would otherwise read "success" at that commit."""
-    posted: list[tuple[ObjectKey | None, str, str]] = []
-    metrics = Metrics()
-    lines = {A: "hello UNHEALTHY", B: "hello RUNNING"}
-    verdicts = Verdicts(lambda sha, key, state, text: posted.append((key, state, text)),
-                        metrics, Signals(metrics, clock=lambda: 1_700_000_000.0), StateBox(),
-                        lambda d: lines)
-    verdicts.converged(SHA, desired(A, B))
-    assert posted == [(A, "failure", "in sync at c0ffee0: hello UNHEALTHY since 22:13 UTC"),
-                      (B, "success", "in sync at c0ffee0: hello RUNNING"),
-                      (None, "success", "2 workload(s) in sync at c0ffee0")]
