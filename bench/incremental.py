@@ -241,7 +241,7 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
     of the times where every run gave one. Pure."""
     rows = ["| version / controller | change → 100 % new (s) | change → one cluster (s) | "
             "requests failed / sent | traffic ended on |", "|---|---|---|---|---|"]
-    keys = [k for k in runs[0]["runs"]] if runs else []
+    keys = list(runs[0]["runs"]) if runs else []
     for key in keys:
         results = [r["runs"].get(key, {"error": "not run"}) for r in runs]
         if any("error" in r for r in results):
