@@ -79,6 +79,15 @@ def stats(values: Iterable[float]) -> dict[str, float]:
     return {"n": len(v), "min": v[0], "median": statistics.median(v), "max": v[-1]}
 
 
+def run_by_run(cells: list[str], numbers: list[float], runs: int) -> str:
+    """One table cell over several runs: each run's figure in order ("17.8; 17.9; 18.1"),
+    then their median when every one of the ``runs`` (more than one) gave a number."""
+    text = "; ".join(cells)
+    if len(numbers) == runs > 1:
+        text += f" (median {statistics.median(numbers):.1f})"
+    return text
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"

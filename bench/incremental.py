@@ -31,14 +31,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import OUT, say
+from bench.common import OUT, run_by_run, say
 from bench.kuberay_drivers import (
     Controller,
     Gitray,
@@ -229,11 +228,8 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _seconds(values: list[float | None], absent: str) -> str:
-    text = "; ".join(absent if v is None else f"{v}" for v in values)
-    numbers = [v for v in values if v is not None]
-    if len(numbers) == len(values) > 1:
-        text += f" (median {statistics.median(numbers):.1f})"
-    return text
+    return run_by_run([absent if v is None else f"{v}" for v in values],
+                      [v for v in values if v is not None], len(values))
 
 
 def runs_table(runs: list[dict[str, Any]]) -> str:

@@ -10,11 +10,11 @@ times, their median where every run gave one; a scenario a run did not include s
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from bench.common import run_by_run
 from bench.vs_kuberay import ROWS, SCENARIOS, TITLES, _cell
 
 __all__ = ["runs_tables"]
@@ -32,10 +32,7 @@ def _figures(runs: list[dict[str, Any]], scenario: str, controller: str, key: st
         cells.append(_cell(result, key))
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             numbers.append(float(value))
-    text = "; ".join(cells)
-    if key.endswith("_s") and len(numbers) == len(runs) > 1:
-        text += f" (median {statistics.median(numbers):.1f})"
-    return text
+    return run_by_run(cells, numbers if key.endswith("_s") else [], len(runs))
 
 
 def runs_tables(runs: list[dict[str, Any]], names: list[str]) -> str:

@@ -37,9 +37,16 @@ def _condition(status: Mapping[str, Any], kind: str) -> str | None:
 
 
 def cluster_health(cluster: Mapping[str, Any]) -> str:
-    """``ready, head ready, 1/1 workers ready`` from a RayCluster's status."""
+    """``ready, head ready, 1/1 workers ready`` from a RayCluster's status. A cluster suspended
+    (or suspending) because its spec asks it to is said so, not as a head that is not ready:
+    no Ray pod is wanted (``suspended as asked (spec.suspend: true)``)."""
     spec, status = _mapping(cluster.get("spec")), _mapping(cluster.get("status"))
     state = str(status.get("state") or "").lower() or "starting"
+    if state == "suspended" or _condition(status, "RayClusterSuspending") == "True":
+        if spec.get("suspend") is True:
+            what = "suspended" if state == "suspended" else "suspending"
+            return f"{what} as asked (spec.suspend: true), no Ray pods wanted"
+        return "suspended, resuming (spec.suspend: false)"
     head = {"True": "head ready", "False": "head not ready"}.get(
         _condition(status, "HeadPodReady") or "", "head pending")
     wanted = status.get("desiredWorkerReplicas")

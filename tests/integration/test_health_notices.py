@@ -209,3 +209,36 @@ def test_a_run_failing_after_convergence_is_watched(
     finally:
         prometheus.stop()
         sync.terminate()
+
+
+def test_a_raycluster_suspended_on_purpose_stays_healthy_and_in_sync(
+        testenv: TestEnv, namespace: str, tmp_path: Path,
+        remote: tuple[Path, GitOpsRepo]) -> None:
+    """A RayCluster with ``suspend: true`` (no Ray pods): once KubeRay reports it suspended
+    (state ``suspended``, HeadPodReady False), the health watch's reads, one every poll
+    interval, keep its commit status success and the gauge at 1 (they read it as a head
+    not ready, and flipped the status to failure)."""
+    ns = namespace
+    bare, repo = remote
+    config = isolated(gitray_config("10s", ns, status={"provider": "git-notes"}), ns)
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+               "metadata": {"name": "parked", "namespace": ns},
+               "spec": cluster_spec(suspend=True)}
+    sha = _push(repo, "a parked cluster", {"gitray.yaml": config, "lab.yaml": dump(cluster)})
+    sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon", interval="2s")
+    context = f"gitray/{ns}/RayCluster/parked"
+    labels = f'kind="RayCluster",name="parked",namespace="{ns}"'
+    try:
+        wait_for(lambda: notes(bare, sha).get(context, {}).get("state") == "success" or None,
+                 timeout=120, what="the RayCluster in sync")
+        wait_for(lambda: testenv.custom.get_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters", "parked").get("status", {}).get("state")
+            == "suspended" or None, timeout=120, what="KubeRay reporting it suspended")
+        time.sleep(5 * 2)  # the watch reads it about five times (each read rests as long)
+        said = notes(bare, sha)
+        assert said[context]["state"] == "success", said[context]
+        assert said["gitray"]["state"] == "success", said["gitray"]
+        assert sync.metric("gitray_workload_healthy", labels) == 1
+        assert "Traceback" not in sync.logs()
+    finally:
+        sync.terminate()
