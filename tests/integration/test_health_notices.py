@@ -216,8 +216,9 @@ def test_a_raycluster_suspended_on_purpose_stays_healthy_and_in_sync(
         remote: tuple[Path, GitOpsRepo]) -> None:
     """A RayCluster with ``suspend: true`` (no Ray pods): once KubeRay reports it suspended
     (state ``suspended``, HeadPodReady False), the health watch's reads, one every poll
-    interval, keep its commit status success and the gauge at 1 (they read it as a head
-    not ready, and flipped the status to failure)."""
+    interval, keep its commit status success and the gauge at 1. They read it as a head not
+    ready: the gauge fell to 0 (GitrayHealthDegraded), health-degraded was notified, and the
+    status flipped to failure when KubeRay's suspension came after the convergence."""
     ns = namespace
     bare, repo = remote
     config = isolated(gitray_config("10s", ns, status={"provider": "git-notes"}), ns)
