@@ -11,7 +11,9 @@
                   outcomes, written by this module loaded as a pytest plugin
                   (``-p testenv.timings``), one file per pytest run (scripts/test runs
                   pytest in phases); with pytest-xdist, by the controller, which receives
-                  every worker's reports.
+                  every worker's reports; and each module's span: the lane (xdist worker)
+                  that ran it, its first test's start and its last test's end, from which
+                  the summary says when each lane ended and when the longest modules ran.
 
 ``python3 -m testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
 plain ``pytest: N passed, N failed[, N skipped]`` line when pytest ran. Nothing here asserts a
@@ -52,13 +54,25 @@ def note_build(component: str, seconds: float | None) -> None:
 # ---- the pytest plugin ------------------------------------------------------------------------
 
 _MODULES: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+_SPANS: dict[str, list[Any]] = {}  # module -> [lane, first start, last stop] (epoch seconds)
 _STARTED = time.monotonic()
+
+
+def _lane(report: Any) -> str:
+    """The pytest-xdist worker that ran the report's test (``gw0``...), ``main`` without."""
+    worker = getattr(report, "worker_id", None) or getattr(
+        getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    return str(worker or "main")
 
 
 def pytest_runtest_logreport(report: Any) -> None:
     module = str(report.nodeid).split("::", 1)[0]
     row = _MODULES[module]
     row["seconds"] += float(report.duration)
+    start, stop = float(getattr(report, "start", 0) or 0), float(getattr(report, "stop", 0) or 0)
+    if start > 0 and stop >= start:
+        span = _SPANS.setdefault(module, [_lane(report), start, stop])
+        span[1], span[2] = min(span[1], start), max(span[2], stop)
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = "failed" if report.outcome == "failed" else str(report.outcome)
         row[outcome] += 1
@@ -72,7 +86,9 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
         return
     data = {"wall_seconds": round(time.monotonic() - _STARTED, 1), "exit": int(exitstatus),
             "modules": {m: {k: round(v, 1) for k, v in row.items()}
-                        for m, row in sorted(_MODULES.items())}}
+                        for m, row in sorted(_MODULES.items())},
+            "spans": {m: [lane, round(a, 1), round(b, 1)]
+                      for m, (lane, a, b) in sorted(_SPANS.items())}}
     (where / f"pytest-{os.getpid()}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -86,6 +102,26 @@ def _rows(path: Path) -> list[list[str]]:
 
 
 SLOWEST_SHOWN = 20  # modules listed one per line; the rest summed in one line
+SPANS_SHOWN = 5  # the longest modules of a run in lanes, with when they ran
+
+
+def lanes(spans: dict[str, list[Any]]) -> list[str]:
+    """When each lane of one pytest run in lanes ended, its last module, and when the longest
+    modules ran (seconds from the run's first test): whether a long module began late and
+    held one lane while the other had nothing left. Empty for a run in one process."""
+    if len({lane for lane, _, _ in spans.values()}) < 2:
+        return []
+    t0 = min(a for _, a, _ in spans.values())
+    out = [f"lanes of one run ({len(spans)} modules; seconds from its first test)"]
+    for lane in sorted({lane for lane, _, _ in spans.values()}):
+        mine = {m: (a, b) for m, (w, a, b) in spans.items() if w == lane}
+        last = max(mine, key=lambda m: mine[m][1])
+        out.append(f"  {lane}: ended at {mine[last][1] - t0:.0f} ({len(mine)} modules; "
+                   f"last {last})")
+    longest = sorted(spans.items(), key=lambda kv: kv[1][1] - kv[1][2])[:SPANS_SHOWN]
+    for module, (lane, a, b) in longest:
+        out.append(f"  {module:<58} {lane} {a - t0:>5.0f}-{b - t0:.0f}")
+    return out
 
 
 def summary(where: Path, total: float) -> list[str]:
@@ -114,6 +150,8 @@ def summary(where: Path, total: float) -> list[str]:
         for _, row in ordered:
             for outcome in ("passed", "failed", "skipped"):
                 counts[outcome] += int(row.get(outcome, 0))
+        for run in runs:
+            out += lanes(json.loads(run.read_text()).get("spans") or {})
     for name, seconds, code in _rows(where / "phases.tsv"):
         status = "" if code == "0" else f"  (exit {code})"
         if code == "5" and name.startswith("pytest"):

@@ -84,3 +84,39 @@ def test_the_slowest_modules_are_listed_and_the_rest_summed_before_the_phases(
     assert rest.split()[-3:] == ["10", "(10", "tests)"]  # 0+1+2+3+4 s, 5 modules of 2 tests
     assert lines.index(rest) < next(i for i, line in enumerate(lines) if line.startswith("ruff"))
     assert lines[-1] == f"pytest: {2 * len(modules)} passed, 0 failed"
+
+
+@dataclass
+class LaneReport(Report):
+    start: float = 0.0
+    stop: float = 0.0
+    worker_id: str = "gw0"
+
+
+def test_each_lane_s_end_and_the_longest_modules_spans(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two lanes: gw0 runs a short module then a long one that begins late; gw1 ends early.
+    The summary says when each lane ended and when the long module ran."""
+    monkeypatch.setenv(timings.ENV_VAR, str(tmp_path))
+    monkeypatch.setattr(timings, "_MODULES", type(timings._MODULES)(
+        timings._MODULES.default_factory))
+    monkeypatch.setattr(timings, "_SPANS", {})
+    t0 = 1_800_000_000.0
+    for nodeid, start, stop, lane in [
+            ("tests/unit/test_short.py::a", t0, t0 + 10, "gw0"),
+            ("tests/integration/test_long.py::a", t0 + 100, t0 + 400, "gw0"),
+            ("tests/integration/test_long.py::b", t0 + 400, t0 + 900, "gw0"),
+            ("tests/unit/test_other.py::a", t0 + 1, t0 + 250, "gw1")]:
+        timings.pytest_runtest_logreport(
+            LaneReport(nodeid, "call", "passed", stop - start, start, stop, lane))
+    timings.pytest_sessionfinish(Session(), 0)
+    [written] = tmp_path.glob("pytest-*.json")
+    assert json.loads(written.read_text())["spans"]["tests/integration/test_long.py"] == [
+        "gw0", t0 + 100, t0 + 900]
+    lines = timings.summary(tmp_path, 1000)
+    assert "  gw0: ended at 900 (2 modules; last tests/integration/test_long.py)" in lines
+    assert "  gw1: ended at 250 (1 modules; last tests/unit/test_other.py)" in lines
+    [long] = [line for line in lines if line.startswith("  tests/integration/test_long.py ")
+              and "gw0" in line]
+    assert long.split()[-2:] == ["gw0", "100-900"]
+    assert timings.lanes({"tests/unit/test_a.py": ["main", t0, t0 + 5]}) == []
