@@ -60,9 +60,7 @@ _STARTED = time.monotonic()
 
 def _lane(report: Any) -> str:
     """The pytest-xdist worker that ran the report's test (``gw0``...), ``main`` without."""
-    worker = getattr(report, "worker_id", None) or getattr(
-        getattr(getattr(report, "node", None), "gateway", None), "id", None)
-    return str(worker or "main")
+    return str(getattr(report, "worker_id", None) or "main")
 
 
 def pytest_runtest_logreport(report: Any) -> None:
@@ -129,10 +127,10 @@ def summary(where: Path, total: float) -> list[str]:
     ``pytest:`` line: the end of a CI log (often all that is shown) carries the figures."""
     out = ["", "==> timing summary (seconds)"]
     counts: dict[str, int] = defaultdict(int)
-    runs = sorted(where.glob("pytest-*.json"))
+    runs = [json.loads(run.read_text()) for run in sorted(where.glob("pytest-*.json"))]
     modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for run in runs:  # a module can have tests in two runs (e.g. its own_node test apart)
-        for module, row in json.loads(run.read_text())["modules"].items():
+        for module, row in run["modules"].items():
             for key, value in row.items():
                 modules[module][key] += value
     if runs:
@@ -151,7 +149,7 @@ def summary(where: Path, total: float) -> list[str]:
             for outcome in ("passed", "failed", "skipped"):
                 counts[outcome] += int(row.get(outcome, 0))
         for run in runs:
-            out += lanes(json.loads(run.read_text()).get("spans") or {})
+            out += lanes(run.get("spans") or {})
     for name, seconds, code in _rows(where / "phases.tsv"):
         status = "" if code == "0" else f"  (exit {code})"
         if code == "5" and name.startswith("pytest"):

@@ -50,8 +50,8 @@ SUSPENDING = {"state": "ready", "desiredWorkerReplicas": 1, "readyWorkerReplicas
 def test_a_suspended_raycluster_is_healthy_as_its_spec_asks(
         suspend: bool, status: dict[str, Any], expected: str) -> None:
     """As KubeRay v1.7 reports a suspended cluster: state ``suspended``, HeadPodReady False.
-    Read as "head not ready", the health watch flipped the commit of every cluster suspended
-    on purpose to failure."""
+    Read as "head not ready", such a cluster was unhealthy to the health watch (its gauge at
+    0, health-degraded notified, its status flipped when the suspension followed convergence)."""
     line = cluster_health({"spec": cluster_spec(suspend=suspend), "status": status})
     assert line == expected
     assert healthy(line) is True
