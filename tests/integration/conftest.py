@@ -7,10 +7,10 @@ from the test environment's pytest plugin, `testenv/fixtures.py`. Here:
 - tests marked `own_node` start an environment with the real node of their own; they are run
   first (the session's environment holds the machine's one real node from its start to the end
   of the session), so they cannot run beside a reused `$GITRAY_TESTENV_STATE`;
-- the longest modules come first (`LONGEST`), meant to make the lanes' whole modules end
-  close together. Not in effect in the lanes yet: pytest-xdist reorders its scopes by their
-  number of tests unless given `--no-loadscope-reorder`, which scripts/test does not pass
-  (branch `lanes-order` does; unmeasured). In one process (own_node, alone) it is the order;
+- the longest modules come first (`LONGEST`): the order in one process (own_node, alone).
+  Not in the lanes: pytest-xdist hands out modules by their number of tests, and
+  `testenv/lanes.py` puts only the long modules that mostly wait first (all the longest
+  first put two real-Ray modules side by side at once: commit 30e8e30);
 - `remote` (function): a bare Git repository (`main`) in the test's tmp dir and a work clone
   (`GitOpsRepo`) whose `origin` it is: what `gitray sync` tests push to;
 - `sync_proc` (function): `gitray sync` of `remote`.
