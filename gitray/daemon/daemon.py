@@ -59,7 +59,7 @@ from gitray.daemon.reporting import StatusBridge, step_reporter
 from gitray.daemon.settings import DaemonSettings
 from gitray.daemon.signals import Signals
 from gitray.daemon.standby import Revisions, Standby
-from gitray.daemon.state import PassLock, StateBox
+from gitray.daemon.state import PassLock, StateBox, poll_trigger
 from gitray.daemon.verdicts import VERDICT_TRIGGERS, Verdicts
 from gitray.daemon.waitwatch import WaitWatches
 from gitray.engine.apply import Desired, desired_from, live_plan, resumable
@@ -250,19 +250,15 @@ class Daemon:
             if ended and (released := self.fleet.released()):  # for its own commit)
                 self.sync(fetched.cache, next(iter(released.values())).sha, "deletions")
             return
-        if fetched.sha != state.attempted:
-            synced = state.synced
-            if synced and not is_ancestor(fetched.cache, synced, fetched.sha):
-                log.warning("the history of %s was rewritten: the synced commit %s is not an "
-                            "ancestor of %s; syncing the new tip", fetched.branch, synced[:7],
-                            fetched.sha[:7])
-            self.sync(fetched.cache, fetched.sha, "commit")
-        elif retry or self.holds.changed():  # (a gitray suspend, resume or retry)
-            self.sync(fetched.cache, fetched.sha, "retry")
-        elif ended:  # the next wave, or the commit's verdict
-            self.sync(fetched.cache, fetched.sha, "run")
-        elif drift and fetched.sha == state.synced:
-            self.sync(fetched.cache, fetched.sha, "drift")
+        trigger = poll_trigger(state, fetched.sha, retry_due=retry, ended=ended,
+                               drift_due=drift, controls_changed=self.holds.changed)
+        synced = state.synced
+        if trigger == "commit" and synced and not is_ancestor(fetched.cache, synced, fetched.sha):
+            log.warning("the history of %s was rewritten: the synced commit %s is not an "
+                        "ancestor of %s; syncing the new tip", fetched.branch, synced[:7],
+                        fetched.sha[:7])
+        if trigger is not None:
+            self.sync(fetched.cache, fetched.sha, trigger)
 
     def _resume_released(self) -> None:
         self._ended.set()

@@ -77,8 +77,9 @@ class Holds:
         plan, stopped = suspended(plan, controls, busy)
         held = [*frozen, *stopped]
         self._watch = bool(held or failed)
-        for outcome in held:
-            log.info("%s: %s not applied now: %s", sha[:7], outcome.key, outcome.reason)
+        for outcome in held:  # (said by the passes that speak; a drift pass repeats them)
+            (log.info if trigger in _SPEAKS else log.debug)(
+                "%s: %s not applied now: %s", sha[:7], outcome.key, outcome.reason)
             if trigger in _SPEAKS:
                 self._post(sha, outcome.key, "pending", outcome.reason)
         if held and trigger in _SPEAKS:  # (a pass that starts runs too says "applying")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["DaemonState", "PassLock", "StateBox"]
+__all__ = ["DaemonState", "PassLock", "StateBox", "poll_trigger"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,28 @@ class DaemonState:
     git_problem: str = ""
     api_problem: str = ""
     ready: bool = False
+
+
+def poll_trigger(state: DaemonState, newest: str, *, retry_due: bool, ended: bool,
+                 drift_due: bool, controls_changed: Callable[[], bool]) -> str | None:
+    """The pass a poll starts for the branch's ``newest`` commit (not a refused one), if
+    any. Pure but for ``controls_changed`` (asked only when nothing before it decides).
+
+    - ``commit``: a commit no pass has taken yet;
+    - ``retry``: a due retry, or a changed control (``gitray suspend``, ``resume``, ``retry``);
+    - ``run``: a run ended (the next wave, a released wait, or the commit's verdict);
+    - ``drift``: a due drift check, in sync or not. A commit waits for its verdict while a
+      RayJob runs, an upgrade is paused or a workload failed at it; its pass leaves those
+      workloads alone (in flight, held, failed at this commit) and heals the others' drift,
+      so one workload's wait never stops drift healing for the rest.
+    """
+    if newest != state.attempted:
+        return "commit"
+    if retry_due or controls_changed():
+        return "retry"
+    if ended:
+        return "run"
+    return "drift" if drift_due else None
 
 
 class StateBox:

@@ -131,8 +131,9 @@ class Verdicts:
         """Not executable yet (an incremental RayService upgrade), or needing CRDs the cluster
         lacks: held back whole, before any change, never started and failed half-way."""
         held = unappliable(kube, plan)
-        for key, reasons in sorted(held.items()):
-            log.error("%s: %s not applied: %s", sha[:7], key, "; ".join(reasons))
+        for key, reasons in sorted(held.items()):  # (a drift pass repeats it: not said)
+            (log.error if trigger in VERDICT_TRIGGERS else log.debug)(
+                "%s: %s not applied: %s", sha[:7], key, "; ".join(reasons))
             if trigger in {"commit", "retry"}:
                 self.post_status(sha, key, "failure", f"not applied: {reasons[0]}")
         return hold_back(plan, held), held

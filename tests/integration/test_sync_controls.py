@@ -111,3 +111,38 @@ def test_retry_runs_a_failed_run_once_more_at_the_same_revision(
     seen = polls(sync_proc)
     wait_for(lambda: polls(sync_proc) >= seen + 5 or None, timeout=60)
     assert failures() == 2  # once per request
+
+
+def test_drift_is_healed_while_a_workload_failed_at_the_newest_commit_stands(
+        testenv: TestEnv, namespace: str, remote: tuple[Path, GitOpsRepo],
+        sync_proc: Replica) -> None:
+    """The newest commit waits for its verdict while one of its workloads failed (or a RayJob
+    runs, or an upgrade is paused): the other workloads' drift is healed meanwhile, by the
+    default drift check (every 10 polls), and the failed one is not retried by it. Before:
+    drift passes ran only in sync, so one failure stopped drift healing for every workload
+    until the next commit."""
+    bare, work = remote
+    sha = push(work, "one never ready, one ConfigMap", {
+        "gitray.yaml": gitray_config("4s", namespace, ready_timeout="8s",
+                                     status={"provider": "git-notes"}),
+        "svc.yaml": unschedulable_rayservice(namespace),
+        "cm.yaml": configmap(namespace, "settings", "from-git")})
+    failed = f"gitray/{namespace}/RayService/serve-demo"
+
+    def failures() -> int:
+        return sum(1 for r in note_lines(bare, sha)
+                   if r["context"] == failed and r["state"] == "failure")
+
+    wait_for(lambda: failures() >= 1 or None, timeout=180, what="the RayService's failure")
+    seen = polls(sync_proc)  # (the pass that follows a run's end is over by then)
+    wait_for(lambda: polls(sync_proc) >= seen + 3 or None, timeout=60, what="3 more polls")
+    assert cm_value(testenv, namespace, "settings") == "from-git"
+    drift = 'trigger="drift"'
+    passes = sync_proc.metric("gitray_sync_duration_seconds_count", drift) or 0.0
+    testenv.core.patch_namespaced_config_map("settings", namespace,
+                                             {"data": {"value": "by hand"}})
+    wait_for(lambda: cm_value(testenv, namespace, "settings") == "from-git" or None,
+             timeout=120, what="the ConfigMap's drift healed")
+    assert (sync_proc.metric("gitray_sync_duration_seconds_count", drift) or 0.0) > passes
+    assert failures() == 1  # the failure stands: a drift pass does not retry it
+    assert status_of(bare, sha, "gitray")["state"] == "failure"
