@@ -1,7 +1,8 @@
 """The shard keeper: the decisions of :mod:`gitray.engine.shards` carried out on real Leases.
 Does I/O (the API server, through :class:`~gitray.k8s.client.Kube`).
 
-One :meth:`ShardKeeper.round` per retry period (:meth:`ShardKeeper.run` loops them):
+One :meth:`ShardKeeper.round` per retry period, from start to start (:meth:`ShardKeeper.run`
+loops them):
 
 1. one LIST of the instance's Leases by label (and a GET of an unlabelled ``<lease>`` of an
    older release), each noted with an ``Observation``: a claim lapses its duration after
@@ -157,14 +158,18 @@ class ShardKeeper:
     # ---- rounds ---------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Rounds every retry period until ``stop`` is set (the held shards are kept: call
-        :meth:`release_all` to hand them over)."""
+        """Rounds until ``stop`` is set (the held shards are kept: call :meth:`release_all` to
+        hand them over), each due a retry period after the last one began, not after it
+        ended: rounds that an API server answers late follow each other at once, so their
+        renews stay a retry period apart, as the single Lease's do."""
+        period = self._s.retry_period_s
         while not stop.is_set():
+            began = self._clock()
             try:
                 self.round()
             except Exception:  # a bug: say so, and keep renewing what is held
                 log.exception("a round of the shard keeper %s failed", self._s.identity)
-            stop.wait(self._s.retry_period_s)
+            stop.wait(max(0.0, began + period - self._clock()))
 
     def round(self) -> Changes:
         """One round (see the module docstring); what it changed for the caller."""

@@ -171,3 +171,41 @@ def test_a_shard_released_during_the_fence_read_is_said_released_not_recreated(
     with pytest.raises(LeaseLostError, match="shard 2 of 6 is no longer driven by this "
                                              "replica in epoch 3"):
         keeper.ensure_held(2, 3)
+
+
+# ---- the keeper's rounds: a retry period apart from start to start ----------------------------
+
+
+class _Stop:
+    """``threading.Event`` as the keeper's loop uses it: each wait recorded, set after three."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= 3
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+@pytest.mark.parametrize(("round_s", "pause"), [(0.5, 1.5), (2.0, 0.0), (5.0, 0.0)])
+def test_a_round_is_due_a_retry_period_after_the_last_one_began(
+        unreachable: Kube, round_s: float, pause: float) -> None:
+    """Rounds answered late (a slow API server) follow each other at once, so the held
+    shards' renews stay a retry period apart; before, each round waited a whole retry period
+    after it ended."""
+    now = [100.0]
+
+    def late_round() -> None:
+        now[0] += round_s
+
+    keeper = ShardKeeper(unreachable, LeaseSettings(namespace="gitray", name="gitray",
+                                                    identity="replica-a", retry_period_s=2.0),
+                         6, clock=lambda: now[0])
+    keeper.round = late_round  # type: ignore[method-assign,assignment]
+    stop = _Stop()
+    keeper.run(stop)  # type: ignore[arg-type]
+    assert stop.waits == [pause] * 3
+    assert now[0] == 100.0 + 3 * round_s
