@@ -75,7 +75,7 @@ from gitray.git.signing import is_ancestor, verify_commit
 from gitray.git.source import default_cache_dir, fetch_branch
 from gitray.k8s.client import Kube
 from gitray.k8s.events import EventRecorder
-from gitray.plans.filters import only_deletions, skip_failed
+from gitray.plans.filters import in_sync, only_deletions, skip_failed
 from gitray.plans.plan import WorkloadPlan
 
 __all__ = ["Daemon", "PostStatus"]
@@ -377,6 +377,9 @@ class Daemon:
         in_flight = {**under_way, **self.fleet.in_flight()}
         plan, paused = self.holds.hold(sha, trigger, plan, desired.config, controls,
                                        {*resume, *in_flight}, failed_before)
+        if newest:  # (what the health watch reads while this commit waits for its verdict)
+            self.state.update(settled=(sha, in_sync(plan, resume, in_flight, failed_before,
+                                                    held, paused)))
         if not any(w.steps for w in plan.workloads) and not resume:
             # (a workload that failed at this revision before is not "in sync": its failure stands)
             if trigger in VERDICT_TRIGGERS and not failed_before and not held \

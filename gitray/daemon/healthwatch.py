@@ -1,9 +1,11 @@
 """Health watched after convergence (``gitray sync``). I/O through the daemon's callables.
 
-Every poll interval, while the leader is in sync and no pass runs, each workload's health
-line is read again the way the convergence status reads it (``gitray.engine.health``: the
-live objects by LIST, a RayService's Serve applications from its active cluster's dashboard,
-a RayCronJob's runs by one LIST per namespace). A workload that turns unhealthy flips its
+Every poll interval, while no pass runs, each workload in sync has its health line read
+again (all of them while the leader is in sync; while the newest commit waits for its
+verdict, those its last pass found in sync at it: ``watched``) the way the convergence
+status reads it (``gitray.engine.health``: the live objects by LIST, a RayService's Serve
+applications from its active cluster's dashboard, a RayCronJob's runs by one LIST per
+namespace). A workload that turns unhealthy flips its
 commit status to failure (``in sync at <sha>: greeter UNHEALTHY since 10:42 UTC``), and back
 to success when it recovers; the ``gitray_workload_healthy`` gauge follows, and the change is
 a ``health-degraded`` / ``health-recovered`` notification (``gitray.daemon.signals``). A line
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from gitray.core.errors import GitrayError
@@ -23,11 +26,11 @@ from gitray.core.snapshot import Snapshot
 from gitray.daemon.owners import owned_desired
 from gitray.daemon.signals import HealthChange, Signals
 from gitray.daemon.standby import Revisions
-from gitray.daemon.state import PassLock, StateBox
+from gitray.daemon.state import DaemonState, PassLock, StateBox
 from gitray.engine.apply import Desired
 from gitray.engine.ownership import Ownership, owned
 
-__all__ = ["HealthJob", "HealthWatch", "describe"]
+__all__ = ["HealthJob", "HealthWatch", "describe", "watched"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -38,6 +41,27 @@ def describe(sha: str, change: HealthChange) -> tuple[str, str]:
         return "success", f"in sync at {sha[:7]}: {change.line}"
     since = datetime.fromtimestamp(change.since, UTC).strftime("%H:%M UTC")
     return "failure", f"in sync at {sha[:7]}: {change.line} since {since}"
+
+
+def watched(s: DaemonState) -> tuple[str, frozenset[ObjectKey] | None]:
+    """The commit the watch speaks for and the workloads it reads (None: every one), or
+    ("", None) when there is none. Pure. In sync: the synced commit, every workload. While
+    the newest commit waits for its verdict (a RayJob running, an upgrade paused, a workload
+    failed at it): that commit, and the workloads its last pass found in sync at it."""
+    if s.synced and s.attempted == s.synced:
+        return s.synced, None
+    at, keys = s.settled
+    if at and at == s.attempted and keys:
+        return at, keys
+    return "", None
+
+
+def only(desired: Desired, keys: frozenset[ObjectKey] | None) -> Desired:
+    """``desired`` with only the workloads of ``keys`` (None: ``desired`` itself)."""
+    if keys is None:
+        return desired
+    return replace(desired, result=replace(desired.result, workloads=tuple(
+        w for w in desired.workloads if w.key in keys)))
 
 
 class HealthWatch:
@@ -75,19 +99,20 @@ class HealthJob:
         self._rest_until = 0.0
 
     def __call__(self) -> None:
-        s, snapshot = self.state.current, self.revisions.snapshot
-        if not self.active() or not s.synced or s.attempted != s.synced or snapshot is None \
-                or snapshot.revision != s.synced or self.clock() < self._rest_until:
+        sha, keys = watched(self.state.current)
+        snapshot = self.revisions.snapshot
+        if not self.active() or not sha or snapshot is None or snapshot.revision != sha \
+                or self.clock() < self._rest_until:
             return
         if not self.passing.acquire_if_idle():
             return
         started = self.clock()
         try:
             own = self.ownership()
-            desired = owned_desired(self.desired(snapshot), own)
+            desired = only(owned_desired(self.desired(snapshot), own), keys)
             lines = self.health(desired)
             kept = owned(desired.workloads, own.still_held(self.ownership()))
-            self.watch.check(s.synced, [w.key for w in kept], lambda: lines)
+            self.watch.check(sha, [w.key for w in kept], lambda: lines)
         except GitrayError as e:
             log.debug("health not read: %s", e)
         finally:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gitray.core.model import ObjectKey
+
 __all__ = ["DaemonState", "PassLock", "StateBox", "poll_trigger"]
 
 
@@ -29,6 +31,9 @@ class DaemonState:
     git_problem: str = ""
     api_problem: str = ""
     ready: bool = False
+    # the workloads the last pass of a commit found in sync at it (no steps, no run going
+    # on, not held, not failed): what the health watch reads while that commit waits
+    settled: tuple[str, frozenset[ObjectKey]] = ("", frozenset())
 
 
 def poll_trigger(state: DaemonState, newest: str, *, retry_due: bool, ended: bool,

@@ -5,6 +5,8 @@
 - a workload that cannot be applied as planned (``gitray.plans.prerequisites``) is held back
   whole, before any change;
 - a deletions pass keeps only workloads whose steps all delete retired clusters;
+- the workloads a pass leaves in sync at its commit (``in_sync``) are what the health watch
+  reads while the commit waits for its verdict;
 - the earliest persisted deletion deadline tells the daemon when reading the cluster again
   can find a due deletion.
 """
@@ -20,7 +22,7 @@ from gitray.core.timefmt import parse_timestamp
 from gitray.plans.plan import Plan, WorkloadPlan
 from gitray.plans.steptypes import StepType
 
-__all__ = ["earliest_deadline", "hold_back", "only_deletions", "skip_failed"]
+__all__ = ["earliest_deadline", "hold_back", "in_sync", "only_deletions", "skip_failed"]
 
 
 def skip_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> tuple[Plan, list[ObjectKey]]:
@@ -45,6 +47,14 @@ def hold_back(plan: Plan, keys: Collection[ObjectKey]) -> Plan:
     steps runs; see ``gitray.plans.prerequisites.blocked_workloads``)."""
     return replace(plan, workloads=tuple(replace(w, steps=()) if w.key in keys else w
                                          for w in plan.workloads))
+
+
+def in_sync(plan: Plan, *aside: Collection[ObjectKey]) -> frozenset[ObjectKey]:
+    """The workloads of ``plan`` in sync at its commit: no steps, and in none of ``aside``
+    (runs going on or to resume, failed at this commit, held back: their steps were taken
+    out of the plan, not done)."""
+    out = {key for keys in aside for key in keys}
+    return frozenset(w.key for w in plan.workloads if not w.steps and w.key not in out)
 
 
 def only_deletions(plan: Plan) -> Plan:

@@ -8,7 +8,7 @@ clean-clone run: `test_health_notices.py`'s failed RayJob was said failed for 0.
 from __future__ import annotations
 
 from gitray.core.model import ObjectKey
-from gitray.plans.filters import skip_failed
+from gitray.plans.filters import in_sync, skip_failed
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
 
@@ -40,3 +40,22 @@ def test_a_failure_for_another_spec_or_no_failure_does_not_stand() -> None:
     skipped, keys = skip_failed(plan(wp), {JOB: "h1"})  # (Git changed the spec since)
     assert keys == [] and skipped.workloads == (wp,)
     assert skip_failed(plan(wp), {}) == (plan(wp), [])
+
+
+# ---- in_sync: what a pass leaves in sync at its commit (the health watch's while it waits) ----
+
+JOB2 = ObjectKey("RayJob", "team-a", "nightly")
+CM = ObjectKey("ConfigMap", "team-a", "settings")
+
+
+def test_in_sync_is_what_has_no_steps_and_is_not_set_aside() -> None:
+    """A workload whose steps a filter took out (failed at this commit, held back, paused) or
+    whose run goes on has no steps in the plan, and is not in sync for all that."""
+    p = plan(WorkloadPlan(JOB, Action.UPDATE, 0, (STEP,)),  # to change: not in sync
+             WorkloadPlan(SVC, Action.NOOP, 0),  # in sync
+             WorkloadPlan(JOB2, Action.NOOP, 0),  # its run goes on
+             WorkloadPlan(CM, Action.NOOP, 0))  # failed at this commit (steps taken out)
+    assert in_sync(p) == {SVC, JOB2, CM}
+    assert in_sync(p, {JOB2: None}, [CM]) == {SVC}
+    assert in_sync(p, [], (), {SVC, JOB2, CM}) == frozenset()
+    assert in_sync(plan()) == frozenset()
