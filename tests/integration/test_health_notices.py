@@ -9,8 +9,9 @@ health-degraded within two poll intervals of Serve reporting it. A later commit 
 whose entrypoint fails: its run fails, and run-failed carries Ray's own message. The answering
 receiver hears every event in order, all while the hanging one still holds its first post.
 
-And a RayCronJob whose first scheduled run fails after convergence: the watch flips its status,
-notifies, and GitrayHealthDegraded fires in a real Prometheus (Debian's ``prometheus``)
+And a RayCronJob whose first scheduled run fails after it converged, in a commit that waits for
+its verdict (a RayService beside it failed): the watch flips its status, notifies, and
+GitrayHealthDegraded fires in a real Prometheus (Debian's ``prometheus``)
 scraping that ``gitray sync`` with ``deploy/monitoring/rules.yaml`` loaded.
 """
 
@@ -40,6 +41,7 @@ from tests.integration.test_monitoring import (  # noqa: F401
     _push,
     receiver,
 )
+from tests.integration.test_sync_controls import unschedulable_rayservice
 
 INTERVAL_S = 10  # gitray sync --interval: the health watch reads every workload this often
 SVC = "watched"
@@ -167,17 +169,23 @@ def _failing_cron(ns: str) -> dict[str, Any]:
 def test_a_run_failing_after_convergence_is_watched(
         testenv: TestEnv, namespace: str, tmp_path: Path, remote: tuple[Path, GitOpsRepo],
         receiver: Receiver) -> None:  # noqa: F811
-    """A RayCronJob converges (healthy: not run yet); its first scheduled run, a minute later,
-    fails in Ray. The health watch (every poll interval after convergence) flips the
-    workload's commit status to failure, notifies health-degraded, the gauge drops, and
-    GitrayHealthDegraded fires in a real Prometheus."""
+    """A RayCronJob converges (healthy: not run yet) in a commit whose other workload, a
+    RayService that can never be ready, failed: the commit waits for its verdict (the failure
+    stands until a new commit or `gitray retry`). The RayCronJob's first scheduled run, a
+    minute later, fails in Ray. The health watch (every poll interval, of the workloads in
+    sync at the commit) flips the RayCronJob's commit status to failure, notifies
+    health-degraded, the gauge drops, and GitrayHealthDegraded fires in a real Prometheus.
+    Before, the watch read nothing until the whole commit was in sync: one failed workload
+    left every other one unwatched. (The first test watches a commit in sync.)"""
     ns = namespace
     bare, repo = remote
-    config = isolated(gitray_config("10s", ns, status={"provider": "git-notes"},
+    config = isolated(gitray_config("10s", ns, ready_timeout="8s",
+                                    status={"provider": "git-notes"},
                                     notifications={"receivers": [
                                         {"name": "test", "url": receiver.url,
                                          "events": ["health-degraded", "converged"]}]}), ns)
-    sha = _push(repo, "nightly", {"gitray.yaml": config, "cron.yaml": dump(_failing_cron(ns))})
+    sha = _push(repo, "nightly", {"gitray.yaml": config, "cron.yaml": dump(_failing_cron(ns)),
+                                  "svc.yaml": unschedulable_rayservice(ns)})
     sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon", interval="2s")
     prometheus = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{sync.port}",
                             MONITORING / "rules.yaml")
@@ -187,6 +195,9 @@ def test_a_run_failing_after_convergence_is_watched(
         wait_for(lambda: sync.metric("gitray_workload_healthy", labels) == 1 or None,
                  timeout=300, what="the RayCronJob in sync and healthy")
         assert notes(bare, sha)[context]["state"] == "success"
+        failed = f"gitray/{ns}/RayService/serve-demo"
+        wait_for(lambda: notes(bare, sha).get(failed, {}).get("state") == "failure" or None,
+                 timeout=120, what="the RayService's failure")
         degraded = wait_for(lambda: notes(bare, sha)[context]["state"] == "failure" or None,
                             timeout=300, what="the status flipped by the failed run")
         assert degraded
@@ -206,6 +217,8 @@ def test_a_run_failing_after_convergence_is_watched(
                     and a["state"] == "firing"] or None
         [alert] = wait_for(firing, timeout=240, what="GitrayHealthDegraded firing (for: 2m)")
         assert (alert["labels"]["namespace"], alert["labels"]["name"]) == (ns, "nightly")
+        said = notes(bare, sha)  # the failure stood throughout: the commit never in sync
+        assert said[failed]["state"] == "failure" and said["gitray"]["state"] == "failure"
     finally:
         prometheus.stop()
         sync.terminate()
