@@ -347,7 +347,8 @@ class Daemon:
             records = owned(self.wiring.progress(desired.config).list(), own)  # (an input too)
             # refused against live state too (a cluster change under upgradeStrategy None)
             plan, next_deletion = live_plan(self.kube, desired, records=records,
-                                            owns=own.owns if own.sharded else None)
+                                            owns=own.owns if own.sharded else None,
+                                            in_flight=under_way)
             self.signals.planned(sha, plan)  # (the first pass of a commit: what it changes)
         except ValidationError as e:
             self.state.update(refused=sha)

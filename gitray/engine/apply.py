@@ -137,8 +137,8 @@ def read_live_store(kube: Kube, desired: Desired,
 
 
 def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None = None, *,
-              records: Sequence[Record], owns: Callable[[ObjectKey], bool] | None = None
-              ) -> tuple[Plan, float]:
+              records: Sequence[Record], owns: Callable[[ObjectKey], bool] | None = None,
+              in_flight: Collection[ObjectKey] = ()) -> tuple[Plan, float]:
     """The plan against the live cluster, and the earliest persisted deletion deadline
     (wall time; inf when none). ``records``: the run records of the instance, for the runs
     gitray started (a RayJob run KubeRay deleted when it finished stays done).
@@ -147,7 +147,8 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
     objects are ever decoded, so memory does not grow with the whole live state. The plan
     is the one ``compute_plan`` gives for all of it (tests/unit/plans/test_plan_batches.py).
     ``owns``: only the workloads of a replica's shards are read and planned (and their
-    deletion deadlines counted); all when None.
+    deletion deadlines counted); all when None. ``in_flight``: workloads whose runs go on
+    (``gitray sync``): planned, but their objects are not dry-run again on every pass.
     """
     store = read_live_store(kube, desired, owns)
     # without the Gateway API CRDs an incremental RayService is still planned, with a note
@@ -177,7 +178,7 @@ def live_plan(kube: Kube, desired: Desired, now: Callable[[], datetime] | None =
         plan = replace(plan, notes=(*plan.notes, *notes))
     # before anything is changed: admission (server-side dry-run) and capacity (quotas, nodes;
     # refused or noted, per gitray.yaml) speak now, every problem at once
-    refused, dry_notes = dry_run(kube, plan, desired.sensitive)
+    refused, dry_notes = dry_run(kube, plan, desired.sensitive, skip=in_flight)
     plan, short = preflight(kube, plan, desired.config)
     if refused or short:
         raise ValidationError(sorted({*refused, *short}))

@@ -14,17 +14,17 @@ check's business (``gitray.plans.prerequisites``), not a refusal here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from gitray.core.errors import ForbiddenError, InvalidError, NotFoundError
-from gitray.core.model import Diagnostic, SourceLocation
+from gitray.core.model import Diagnostic, ObjectKey, SourceLocation
 from gitray.k8s.client import Kube
 from gitray.plans.plan import Plan, WorkloadPlan
 from gitray.plans.sensitive import SensitiveValues, UnknownSensitiveValue
 from gitray.plans.steptypes import STEP_KINDS
 
-__all__ = ["DRY_RUN_STEPS", "dry_run"]
+__all__ = ["DRY_RUN_STEPS", "dry_run", "dry_run_objects"]
 
 # the steps whose params hold a whole object gitray creates or server-side applies
 DRY_RUN_STEPS = frozenset(t for t, kind in STEP_KINDS.items() if kind.dry_run)
@@ -43,11 +43,17 @@ def _scrub(text: str, sensitive: SensitiveValues) -> str:
     return text
 
 
-def dry_run(kube: Kube, plan: Plan, sensitive: SensitiveValues
-            ) -> tuple[list[Diagnostic], list[str]]:
-    """(refusals as plan errors, notes) of a server-side dry-run of ``plan``'s objects."""
-    refused: list[Diagnostic] = []
+DryRunObject = tuple[WorkloadPlan, Mapping[str, Any], str]
+
+
+def dry_run_objects(plan: Plan, sensitive: SensitiveValues,
+                    skip: Collection[ObjectKey] = ()) -> Iterator[DryRunObject]:
+    """(workload, object, "Kind ns/name") of each object ``plan`` would create or apply, but
+    for the workloads of ``skip`` (runs going on: their steps are not started from this plan,
+    and a pass every few seconds must not send their objects again each time). Pure."""
     for wp in plan.workloads:
+        if wp.key in skip:
+            continue
         for step in wp.steps:
             if step.type not in DRY_RUN_STEPS:
                 continue
@@ -57,24 +63,32 @@ def dry_run(kube: Kube, plan: Plan, sensitive: SensitiveValues
                 continue  # a saved plan of another revision: refused as stale elsewhere
             if not isinstance(manifest, Mapping):
                 continue
-            body: Mapping[str, Any] = manifest
-            meta = body.get("metadata") or {}
-            what = f"{body.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
-            try:
-                kube.apply(body, dry_run=True)
-            except NotFoundError:
-                continue  # the kind is not served: the prerequisites check says so
-            except ForbiddenError as e:
-                message = _scrub(_server_message(str(e), what), sensitive)
-                if _RBAC.search(message):
-                    return refused, [f"server-side dry-run not done (these credentials may "
-                                     f"not write): {message}"]
-                refused.append(Diagnostic(_where(wp),
-                                          f"the API server would refuse: {what}: {message}"))
-            except InvalidError as e:
-                message = _scrub(_server_message(str(e), what), sensitive)
-                refused.append(Diagnostic(_where(wp),
-                                          f"the API server would refuse: {what}: {message}"))
+            meta = manifest.get("metadata") or {}
+            yield wp, manifest, (f"{manifest.get('kind')} {meta.get('namespace')}/"
+                                 f"{meta.get('name')}")
+
+
+def dry_run(kube: Kube, plan: Plan, sensitive: SensitiveValues,
+            skip: Collection[ObjectKey] = ()) -> tuple[list[Diagnostic], list[str]]:
+    """(refusals as plan errors, notes) of a server-side dry-run of ``plan``'s objects (but
+    for the workloads of ``skip``: ``dry_run_objects``)."""
+    refused: list[Diagnostic] = []
+    for wp, body, what in dry_run_objects(plan, sensitive, skip):
+        try:
+            kube.apply(body, dry_run=True)
+        except NotFoundError:
+            continue  # the kind is not served: the prerequisites check says so
+        except ForbiddenError as e:
+            message = _scrub(_server_message(str(e), what), sensitive)
+            if _RBAC.search(message):
+                return refused, [f"server-side dry-run not done (these credentials may "
+                                 f"not write): {message}"]
+            refused.append(Diagnostic(_where(wp),
+                                      f"the API server would refuse: {what}: {message}"))
+        except InvalidError as e:
+            message = _scrub(_server_message(str(e), what), sensitive)
+            refused.append(Diagnostic(_where(wp),
+                                      f"the API server would refuse: {what}: {message}"))
     return refused, []
 
 
