@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from gitray.core.errors import GitrayError
@@ -54,14 +53,6 @@ def watched(s: DaemonState) -> tuple[str, frozenset[ObjectKey] | None]:
     if at and at == s.attempted and keys:
         return at, keys
     return "", None
-
-
-def only(desired: Desired, keys: frozenset[ObjectKey] | None) -> Desired:
-    """``desired`` with only the workloads of ``keys`` (None: ``desired`` itself)."""
-    if keys is None:
-        return desired
-    return replace(desired, result=replace(desired.result, workloads=tuple(
-        w for w in desired.workloads if w.key in keys)))
 
 
 class HealthWatch:
@@ -109,7 +100,7 @@ class HealthJob:
         started = self.clock()
         try:
             own = self.ownership()
-            desired = only(owned_desired(self.desired(snapshot), own), keys)
+            desired = owned_desired(self.desired(snapshot), own, keys)
             lines = self.health(desired)
             kept = owned(desired.workloads, own.still_held(self.ownership()))
             self.watch.check(sha, [w.key for w in kept], lambda: lines)

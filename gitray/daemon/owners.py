@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Protocol
 
 from apscheduler.schedulers.base import BaseScheduler
 
 from gitray.core.errors import GitrayError
+from gitray.core.model import ObjectKey
 from gitray.daemon.leadership import Leadership
 from gitray.daemon.metrics import Metrics
 from gitray.engine.apply import Desired
@@ -211,10 +212,12 @@ def _names(shards: tuple[int, ...], count: int) -> str:
     return ", ".join(shard_label(s, count) for s in shards)
 
 
-def owned_desired(desired: Desired, own: Ownership) -> Desired:
-    """``desired`` with only the workloads ``own`` holds (``desired`` itself when unsharded):
-    the workloads a replica reports on (their statuses, their health)."""
-    if not own.sharded:
+def owned_desired(desired: Desired, own: Ownership,
+                  keys: Collection[ObjectKey] | None = None) -> Desired:
+    """``desired`` with only the workloads ``own`` holds (``desired`` itself when unsharded
+    and ``keys`` is None): the workloads a replica reports on (their statuses, their health);
+    ``keys``: only those of them too."""
+    if not own.sharded and keys is None:
         return desired
-    return replace(desired, result=replace(desired.result,
-                                           workloads=tuple(owned(desired.workloads, own))))
+    return replace(desired, result=replace(desired.result, workloads=tuple(
+        w for w in owned(desired.workloads, own) if keys is None or w.key in keys)))
