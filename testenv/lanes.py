@@ -1,5 +1,6 @@
-"""Which lane takes which module in scripts/test's lanes phase: a pytest plugin
-(``-p testenv.lanes``) for pytest-xdist ``--dist loadfile``.
+"""Which lane takes which module in scripts/test's pytest-xdist phases: a pytest plugin
+(``-p testenv.lanes``) for its lanes phase (``--dist loadfile``) and its alone phase
+(``--dist loadgroup``).
 
 pytest-xdist hands each lane whole modules, the modules with the most tests first (its
 ``--loadscope-reorder``, on by default). ``HEAD`` names the long modules that mostly wait (a
@@ -13,6 +14,13 @@ selected the waiting lane has nothing to do and idles until the others end. Only
 modules run changes: which tests run does not.
 Not for modules that load the node (``--no-loadscope-reorder`` with every long module first
 put two real-Ray modules side by side at once and slowed the API server: commit 30e8e30).
+
+The alone phase (``--alone-lanes``) runs the tests that count failed requests or judge success
+rates, and the Gateway tests, with no lane beside them: in two lanes, one test at a time in
+each (``AloneLanes``): the modules of ``GATEWAY_LANE`` (the Gateway tests: one Traefik
+listener, one ``/hello`` route at a time) in one, every other module in the other.
+(pytest-xdist's ``--dist loadgroup`` would do it by marks, but groups nothing with pytest 9.2
+and pytest-xdist 3.8 here: every test was handed out on its own.)
 """
 
 from __future__ import annotations
@@ -20,14 +28,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadFileScheduling
+from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
-__all__ = ["HEAD", "WaitingLane", "next_module"]
+__all__ = ["GATEWAY_LANE", "HEAD", "AloneLanes", "WaitingLane", "alone_group", "next_module"]
 
 # long, and waiting most of their time (seconds in the clean-clone run of 7caa327, in a lane:
 # test_fleet.py 801, a RayJob sleeping 10 minutes and two RayJobs parked for 150 s;
 # test_health_notices.py 241, the health watch's polls and a receiver that hangs)
 HEAD = ("tests/integration/test_fleet.py", "tests/integration/test_health_notices.py")
+
+
+# The alone phase's Gateway lane: every module marked gateway (a unit test checks that), and
+# test_vs_kuberay.py so that both lanes take about as long (seconds, one at a time, in the
+# clean-clone run of 7caa327: the Gateway tests 478 and test_vs_kuberay.py 72; the others 583)
+GATEWAY_LANE = ("tests/integration/test_gateway.py", "tests/integration/test_incremental.py",
+                "tests/integration/test_monitoring.py", "tests/integration/test_vs_kuberay.py")
+
+
+def alone_group(nodeid: str) -> str:
+    """The alone phase's lane of a test (its node id)."""
+    return "gateway" if nodeid.split("::", 1)[0] in GATEWAY_LANE else "alone"
 
 
 def next_module(queue: list[str], waiting: bool | None) -> str | None:
@@ -58,14 +78,29 @@ class WaitingLane(LoadFileScheduling):
         super()._assign_work_unit(node)
 
 
+class AloneLanes(LoadScopeScheduling):
+    """The alone phase: the tests of one ``alone_group`` on one worker, one after another."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return alone_group(nodeid)
+
+
 def _order(worker: str) -> tuple[int, str]:
     """``gw10`` after ``gw9``."""
     digits = worker.lstrip("gw")
     return (int(digits) if digits.isdigit() else -1, worker)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--alone-lanes", action="store_true",
+                     help="scripts/test's alone phase: the Gateway tests in one lane, the "
+                          "others in another (testenv/lanes.py; with --dist loadfile)")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadfile":
         return None
+    if config.getoption("alone_lanes"):
+        return AloneLanes(config, log)
     return WaitingLane(config, log)

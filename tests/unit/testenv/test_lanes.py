@@ -1,10 +1,12 @@
 """scripts/test's lanes (testenv/lanes.py): the modules of ``HEAD`` on a waiting lane of their
-own, every other module on the other lanes in pytest-xdist's order; checked as a pure choice
-and with real pytest-xdist runs in a subprocess."""
+own, every other module on the other lanes in pytest-xdist's order; in the alone phase the
+modules of ``GATEWAY_LANE`` in one lane, the other tests in the other. Checked as pure
+choices and with real pytest-xdist runs in a subprocess."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +86,55 @@ def test_one_worker_runs_everything(tmp_path: Path) -> None:
     assert {w for w, m in ran} == {"gw0"}
     assert sorted({m for w, m in ran}) == sorted(["tests/test_many.py", "tests/test_some.py",
                                                   HEAD])
+
+
+@pytest.mark.parametrize(("nodeid", "expected"), [
+    ("tests/integration/test_incremental.py::test_a", "gateway"),
+    ("tests/integration/test_vs_kuberay.py::test_b", "gateway"),
+    ("tests/integration/test_failover.py::test_c", "alone"),
+    ("tests/integration/test_realnode.py::test_d", "alone"),
+])
+def test_alone_group(nodeid: str, expected: str) -> None:
+    assert lanes.alone_group(nodeid) == expected
+
+
+def test_every_gateway_module_is_in_the_gateway_lane() -> None:
+    marked = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("test_*.py")
+                    if re.search(r"^pytestmark = pytest\.mark\.gateway$", path.read_text(),
+                                 re.MULTILINE))
+    assert marked and set(marked) <= set(lanes.GATEWAY_LANE), marked
+    assert all((ROOT / module).is_file() for module in lanes.GATEWAY_LANE)
+
+
+def test_the_alone_phase_runs_the_gateway_lane_on_one_worker_the_rest_on_the_other(
+        tmp_path: Path) -> None:
+    log = tmp_path / "ran.txt"
+    body = ("import os, time\nfrom pathlib import Path\n\n"
+            "def _ran(name):\n"
+            f"    with Path({str(log)!r}).open('a') as fh:\n"
+            "        fh.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + name + '\\n')\n"
+            "    time.sleep(0.1)\n")
+    modules = [*lanes.GATEWAY_LANE[:2], "tests/integration/test_counts.py",
+               "tests/integration/test_rates.py"]
+    for path in modules:
+        module = tmp_path / path
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(body + "".join(
+            f"\n\ndef test_{i}():\n    _ran({path!r})\n" for i in range(3)))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "testenv.lanes", "-n", "2", "--dist", "loadfile",
+                           "--alone-lanes", "tests"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 passed" in done.stdout, done.stdout
+    ran = [line.split() for line in log.read_text().splitlines()]
+    worker = {m: {w for w, mm in ran if mm == m} for m in modules}
+    assert all(len(w) == 1 for w in worker.values()), worker  # a module on one lane
+    assert worker[modules[0]] == worker[modules[1]]
+    assert worker[modules[2]] == worker[modules[3]] != worker[modules[0]]
 
 
 @pytest.mark.parametrize("dist", ["load", "loadscope"])
