@@ -1,6 +1,6 @@
 """Which lane takes which module in scripts/test's pytest-xdist phases: a pytest plugin
-(``-p testenv.lanes``) for its lanes phase (``--dist loadfile``) and its alone phase
-(``--dist loadgroup``).
+(``-p testenv.lanes``) for its lanes phase and its alone phase (``--alone-lanes``), both
+``--dist loadfile``.
 
 pytest-xdist hands each lane whole modules, the modules with the most tests first (its
 ``--loadscope-reorder``, on by default). ``HEAD`` names the long modules that mostly wait (a

@@ -35,15 +35,17 @@ def test_next_module(queue: list[str], waiting: bool | None, expected: str | Non
     assert lanes.next_module(queue, waiting) == expected
 
 
-def _tree(where: Path) -> Path:
-    """Three modules: many tests, fewer tests, and HEAD's first module with two tests; each
-    test appends its xdist worker and its module's name to ``ran.txt``."""
+FILES = {"tests/test_many.py": 5, "tests/test_some.py": 3, HEAD: 2}
+
+
+def _tree(where: Path, files: dict[str, int]) -> Path:
+    """The modules of ``files`` with that many tests each; each test appends its xdist worker
+    and its module's name to ``ran.txt``."""
     log = where / "ran.txt"
     body = ("import os\nfrom pathlib import Path\n\n"
             "def _ran(name):\n"
             f"    with Path({str(log)!r}).open('a') as fh:\n"
             "        fh.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + name + '\\n')\n")
-    files = {"tests/test_many.py": 5, "tests/test_some.py": 3, HEAD: 2}
     for path, count in files.items():
         module = where / path
         module.parent.mkdir(parents=True, exist_ok=True)
@@ -53,9 +55,10 @@ def _tree(where: Path) -> Path:
     return log
 
 
-def _ran(where: Path, workers: int, *args: str) -> list[tuple[str, str]]:
+def _ran(where: Path, workers: int, *args: str,
+         files: dict[str, int] = FILES) -> list[tuple[str, str]]:
     """(worker, module) of every test run, in the order they ran."""
-    log = _tree(where)
+    log = _tree(where, files)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", "testenv.lanes", "-n", str(workers), "--dist", "loadfile",
@@ -63,7 +66,7 @@ def _ran(where: Path, workers: int, *args: str) -> list[tuple[str, str]]:
                           cwd=where, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "10 passed" in done.stdout, done.stdout
+    assert f"{sum(files.values())} passed" in done.stdout, done.stdout
     return [(w, m) for w, m in (line.split() for line in log.read_text().splitlines())]
 
 
@@ -108,29 +111,9 @@ def test_every_gateway_module_is_in_the_gateway_lane() -> None:
 
 def test_the_alone_phase_runs_the_gateway_lane_on_one_worker_the_rest_on_the_other(
         tmp_path: Path) -> None:
-    log = tmp_path / "ran.txt"
-    body = ("import os, time\nfrom pathlib import Path\n\n"
-            "def _ran(name):\n"
-            f"    with Path({str(log)!r}).open('a') as fh:\n"
-            "        fh.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + name + '\\n')\n"
-            "    time.sleep(0.1)\n")
     modules = [*lanes.GATEWAY_LANE[:2], "tests/integration/test_counts.py",
                "tests/integration/test_rates.py"]
-    for path in modules:
-        module = tmp_path / path
-        module.parent.mkdir(parents=True, exist_ok=True)
-        module.write_text(body + "".join(
-            f"\n\ndef test_{i}():\n    _ran({path!r})\n" for i in range(3)))
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "testenv.lanes", "-n", "2", "--dist", "loadfile",
-                           "--alone-lanes", "tests"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "12 passed" in done.stdout, done.stdout
-    ran = [line.split() for line in log.read_text().splitlines()]
+    ran = _ran(tmp_path, 2, "--alone-lanes", "tests", files=dict.fromkeys(modules, 3))
     worker = {m: {w for w, mm in ran if mm == m} for m in modules}
     assert all(len(w) == 1 for w in worker.values()), worker  # a module on one lane
     assert worker[modules[0]] == worker[modules[1]]
