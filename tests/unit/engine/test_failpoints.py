@@ -61,3 +61,45 @@ def test_the_matching_point_stops_the_process_until_continued(tmp_path: Path) ->
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+THREADED = """
+import sys, threading
+from gitray.engine import failpoints
+
+def work():
+    failpoints.hit(failpoints.Point.STEP_DONE, 1)
+    with open(sys.argv[1], "a") as fh:
+        fh.write("after the failpoint\\n")
+
+t = threading.Thread(target=work)
+t.start()
+t.join()
+"""
+
+
+def test_a_worker_thread_that_hits_the_failpoint_runs_no_further(tmp_path: Path) -> None:
+    """The runs execute in worker threads: the thread at the failpoint stops there, not only
+    when another thread of the process gets round to stopping it."""
+    wanted, after = tmp_path / "failpoints", tmp_path / "after"
+    wanted.write_text("step-done 1\n")
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", THREADED, str(after)],
+                                env={**os.environ, ENV_VAR: str(wanted)})
+        try:
+            deadline = time.monotonic() + 60
+            while state(proc.pid) != "T":
+                assert proc.poll() is None, "the process ended without stopping"
+                assert time.monotonic() < deadline, "the process never stopped"
+                time.sleep(0.01)
+            time.sleep(0.2)
+            assert not after.exists(), after.read_text()
+            os.kill(proc.pid, signal.SIGCONT)
+            assert proc.wait(timeout=60) == 0
+            assert after.read_text() == "after the failpoint\n"  # continued, it goes on
+            after.unlink()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
