@@ -15,10 +15,15 @@ modules run changes: which tests run does not.
 Not for modules that load the node (``--no-loadscope-reorder`` with every long module first
 put two real-Ray modules side by side at once and slowed the API server: commit 30e8e30).
 
+Unit tests (under ``UNIT_DIR``) need no environment: ``--unit-phase`` selects only them
+(scripts/test runs them beside its own_node phase, whose CPU was about half idle) and
+``--without-unit`` every other test (its lanes phase, whose CPU is the busiest).
+
 The alone phase (``--alone-lanes``) runs the tests that count failed requests or judge success
-rates, and the Gateway tests, with no lane beside them: in two lanes, one test at a time in
+rates, and the Gateway tests, with no lane beside them: in three lanes, one test at a time in
 each (``AloneLanes``): the modules of ``GATEWAY_LANE`` (the Gateway tests: one Traefik
-listener, one ``/hello`` route at a time) in one, every other module in the other.
+listener, one ``/hello`` route at a time) in one, those of ``GATES_LANE`` in another, every
+other module in the third.
 (pytest-xdist's ``--dist loadgroup`` would do it by marks, but groups nothing with pytest 9.2
 and pytest-xdist 3.8 here: every test was handed out on its own.)
 """
@@ -30,7 +35,8 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
-__all__ = ["GATEWAY_LANE", "HEAD", "AloneLanes", "WaitingLane", "alone_group", "next_module"]
+__all__ = ["GATES_LANE", "GATEWAY_LANE", "HEAD", "UNIT_DIR", "AloneLanes", "WaitingLane",
+           "alone_group", "is_unit", "next_module"]
 
 # long, and waiting most of their time (seconds in the clean-clone run of 7caa327, in a lane:
 # test_fleet.py 801, a RayJob sleeping 10 minutes and two RayJobs parked for 150 s;
@@ -38,16 +44,28 @@ __all__ = ["GATEWAY_LANE", "HEAD", "AloneLanes", "WaitingLane", "alone_group", "
 HEAD = ("tests/integration/test_fleet.py", "tests/integration/test_health_notices.py")
 
 
-# The alone phase's Gateway lane: every module marked gateway (a unit test checks that), and
-# test_vs_kuberay.py so that both lanes take about as long (seconds, one at a time, in the
-# clean-clone run of 7caa327: the Gateway tests 478 and test_vs_kuberay.py 72; the others 583)
+UNIT_DIR = "tests/unit"
+
+# The alone phase's lanes. The Gateway lane: every module marked gateway (a unit test checks
+# that). Another lane for the gate tests and test_vs_kuberay.py; the third for the rest (seconds
+# in two alone lanes, clean-clone run of 9b5c602: test_incremental.py 391, test_monitoring.py
+# 126; test_bluegreen_gates.py 285, test_vs_kuberay.py about 70; test_failover.py 263,
+# test_realnode.py's traffic test 101).
 GATEWAY_LANE = ("tests/integration/test_gateway.py", "tests/integration/test_incremental.py",
-                "tests/integration/test_monitoring.py", "tests/integration/test_vs_kuberay.py")
+                "tests/integration/test_monitoring.py")
+GATES_LANE = ("tests/integration/test_bluegreen_gates.py", "tests/integration/test_vs_kuberay.py")
 
 
 def alone_group(nodeid: str) -> str:
     """The alone phase's lane of a test (its node id)."""
-    return "gateway" if nodeid.split("::", 1)[0] in GATEWAY_LANE else "alone"
+    module = nodeid.split("::", 1)[0]
+    return "gateway" if module in GATEWAY_LANE else "gates" if module in GATES_LANE else "alone"
+
+
+def is_unit(nodeid: str) -> bool:
+    """A unit test (under ``UNIT_DIR``): it needs no environment, so scripts/test runs it
+    beside the own_node tests (``--unit-phase``) and not in the lanes (``--without-unit``)."""
+    return nodeid.startswith(f"{UNIT_DIR}/")
 
 
 def next_module(queue: list[str], waiting: bool | None) -> str | None:
@@ -92,9 +110,26 @@ def _order(worker: str) -> tuple[int, str]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--unit-phase", action="store_true",
+                     help="scripts/test's first phase beside the own_node tests: only the tests "
+                          f"under {UNIT_DIR}/ (they need no environment)")
+    parser.addoption("--without-unit", action="store_true",
+                     help=f"scripts/test's lanes phase: every test but those under {UNIT_DIR}/ "
+                          "(the first phase ran them)")
     parser.addoption("--alone-lanes", action="store_true",
                      help="scripts/test's alone phase: the Gateway tests in one lane, the "
-                          "others in another (testenv/lanes.py; with --dist loadfile)")
+                          "gate tests in another, the rest in a third (testenv/lanes.py; "
+                          "with --dist loadfile)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unit_only, without_unit = config.getoption("unit_phase"), config.getoption("without_unit")
+    if not unit_only and not without_unit:
+        return
+    keep = [i for i in items if is_unit(i.nodeid) == bool(unit_only)]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,6 +1,7 @@
 """scripts/test's lanes (testenv/lanes.py): the modules of ``HEAD`` on a waiting lane of their
 own, every other module on the other lanes in pytest-xdist's order; in the alone phase the
-modules of ``GATEWAY_LANE`` in one lane, the other tests in the other. Checked as pure
+modules of ``GATEWAY_LANE`` in one lane, those of ``GATES_LANE`` in another, the other tests
+in a third. Checked as pure
 choices and with real pytest-xdist runs in a subprocess."""
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def _tree(where: Path, files: dict[str, int]) -> Path:
     return log
 
 
-def _ran(where: Path, workers: int, *args: str,
-         files: dict[str, int] = FILES) -> list[tuple[str, str]]:
-    """(worker, module) of every test run, in the order they ran."""
+def _ran(where: Path, workers: int, *args: str, files: dict[str, int] = FILES,
+         passed: int | None = None) -> list[tuple[str, str]]:
+    """(worker, module) of every test run, in the order they ran (``passed`` of them: all
+    unless said)."""
     log = _tree(where, files)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -66,7 +68,8 @@ def _ran(where: Path, workers: int, *args: str,
                           cwd=where, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{sum(files.values())} passed" in done.stdout, done.stdout
+    assert f"{sum(files.values()) if passed is None else passed} passed" in done.stdout, \
+        done.stdout
     return [(w, m) for w, m in (line.split() for line in log.read_text().splitlines())]
 
 
@@ -93,7 +96,9 @@ def test_one_worker_runs_everything(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("nodeid", "expected"), [
     ("tests/integration/test_incremental.py::test_a", "gateway"),
-    ("tests/integration/test_vs_kuberay.py::test_b", "gateway"),
+    ("tests/integration/test_monitoring.py::test_b", "gateway"),
+    ("tests/integration/test_vs_kuberay.py::test_b", "gates"),
+    ("tests/integration/test_bluegreen_gates.py::test_b", "gates"),
     ("tests/integration/test_failover.py::test_c", "alone"),
     ("tests/integration/test_realnode.py::test_d", "alone"),
 ])
@@ -106,18 +111,44 @@ def test_every_gateway_module_is_in_the_gateway_lane() -> None:
                     if re.search(r"^pytestmark = pytest\.mark\.gateway$", path.read_text(),
                                  re.MULTILINE))
     assert marked and set(marked) <= set(lanes.GATEWAY_LANE), marked
-    assert all((ROOT / module).is_file() for module in lanes.GATEWAY_LANE)
+    assert all((ROOT / module).is_file() for module in lanes.GATEWAY_LANE + lanes.GATES_LANE)
+    assert not set(lanes.GATEWAY_LANE) & set(lanes.GATES_LANE)
 
 
-def test_the_alone_phase_runs_the_gateway_lane_on_one_worker_the_rest_on_the_other(
+def test_the_alone_phase_runs_each_of_its_three_lanes_on_a_worker_of_its_own(
         tmp_path: Path) -> None:
-    modules = [*lanes.GATEWAY_LANE[:2], "tests/integration/test_counts.py",
+    modules = [*lanes.GATEWAY_LANE[:2], *lanes.GATES_LANE, "tests/integration/test_counts.py",
                "tests/integration/test_rates.py"]
-    ran = _ran(tmp_path, 2, "--alone-lanes", "tests", files=dict.fromkeys(modules, 3))
+    ran = _ran(tmp_path, 3, "--alone-lanes", "tests", files=dict.fromkeys(modules, 3))
     worker = {m: {w for w, mm in ran if mm == m} for m in modules}
     assert all(len(w) == 1 for w in worker.values()), worker  # a module on one lane
     assert worker[modules[0]] == worker[modules[1]]
-    assert worker[modules[2]] == worker[modules[3]] != worker[modules[0]]
+    assert worker[modules[2]] == worker[modules[3]]
+    assert worker[modules[4]] == worker[modules[5]]
+    assert len({*worker[modules[0]], *worker[modules[2]], *worker[modules[4]]}) == 3, worker
+
+
+@pytest.mark.parametrize(("nodeid", "expected"), [
+    ("tests/unit/test_plan.py::test_a", True),
+    ("tests/unit/testenv/test_lanes.py::test_b[x]", True),
+    ("tests/integration/test_unit.py::test_c", False),
+    ("tests/units/test_d.py::test_d", False),
+    ("bench/smoke_test.py::test_e", False),
+])
+def test_is_unit(nodeid: str, expected: bool) -> None:
+    assert lanes.is_unit(nodeid) is expected
+
+
+UNIT_FILES = {"tests/unit/test_pure.py": 4, "tests/integration/test_real.py": 2, HEAD: 1}
+
+
+def test_the_unit_phase_runs_the_unit_tests_and_the_lanes_phase_the_rest(tmp_path: Path) -> None:
+    unit = _ran(tmp_path / "a", 1, "--unit-phase", "tests", files=UNIT_FILES, passed=4)
+    assert {m for _, m in unit} == {"tests/unit/test_pure.py"} and len(unit) == 4
+    rest = _ran(tmp_path / "b", 2, "--without-unit", "tests", files=UNIT_FILES, passed=3)
+    assert sorted({m for _, m in rest}) == sorted(["tests/integration/test_real.py", HEAD])
+    assert {w for w, m in rest if m == HEAD} == {"gw1"}  # the waiting lane is kept
+    assert len(_ran(tmp_path / "c", 2, "tests", files=UNIT_FILES)) == 7  # neither: all
 
 
 @pytest.mark.parametrize("dist", ["load", "loadscope"])
