@@ -5,12 +5,14 @@
 pytest-xdist hands each lane whole modules, the modules with the most tests first (its
 ``--loadscope-reorder``, on by default). ``HEAD`` names the long modules that mostly wait (a
 RayJob that sleeps for 10 minutes in ``test_fleet.py``). They get a lane of their own, the
-**waiting lane**: with ``-n N`` and at least two workers, the worker with the highest id
-(``gwN-1``) runs the modules of ``HEAD`` and nothing else, from the start, and the other N - 1
-workers run every other module in pytest-xdist's order. So ``scripts/test`` asks for one worker
-more than its lanes: the waits overlap all the rest without holding a lane that could run it.
-With one worker there is no waiting lane (it runs everything); with no module of ``HEAD``
-selected the waiting lane has nothing to do and idles until the others end. Only where
+**waiting lanes**: with ``-n N`` and H modules of ``HEAD`` selected, the H workers with the
+highest ids (``gwN-1``, ...) run one module of ``HEAD`` each and nothing else, from the start
+(``waiting_lanes``: at least one other lane is left; fewer workers, and a waiting lane runs
+the rest of ``HEAD`` one after another), and the other workers run every other module in
+pytest-xdist's order. So ``scripts/test`` asks for a worker more than its lanes per module of
+``HEAD``: the waits overlap all the rest and each other without holding a lane that could run
+it. With one worker there is no waiting lane (it runs everything); with no module of ``HEAD``
+selected the highest worker has nothing to do and idles until the others end. Only where
 modules run changes: which tests run does not.
 Not for modules that load the node (``--no-loadscope-reorder`` with every long module first
 put two real-Ray modules side by side at once and slowed the API server: commit 30e8e30).
@@ -36,11 +38,12 @@ import pytest
 from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
 __all__ = ["GATES_LANE", "GATEWAY_LANE", "HEAD", "UNIT_DIR", "AloneLanes", "WaitingLane",
-           "alone_group", "is_unit", "next_module"]
+           "alone_group", "is_unit", "next_module", "waiting_lanes"]
 
-# long, and waiting most of their time (seconds in the clean-clone run of 7caa327, in a lane:
-# test_fleet.py 801, a RayJob sleeping 10 minutes and two RayJobs parked for 150 s;
-# test_health_notices.py 241, the health watch's polls and a receiver that hangs)
+# long, and waiting most of their time (seconds in the clean-clone run of dc85845, one waiting
+# lane for both: test_fleet.py 800, a RayJob sleeping 10 minutes and two RayJobs parked for
+# 150 s; test_health_notices.py 451 after it, the health watch's polls and a receiver that
+# hangs: that lane ended last, 2 s after the busiest other lane)
 HEAD = ("tests/integration/test_fleet.py", "tests/integration/test_health_notices.py")
 
 
@@ -79,14 +82,26 @@ def next_module(queue: list[str], waiting: bool | None) -> str | None:
     return next((m for m in queue if m not in HEAD), None)
 
 
+def waiting_lanes(workers: int, heads: int) -> int:
+    """How many of ``workers`` are waiting lanes when ``heads`` modules of ``HEAD`` are selected:
+    one per module, with at least one other lane left (none with one worker)."""
+    return max(0, min(heads, workers - 1))
+
+
 class WaitingLane(LoadFileScheduling):
-    """``--dist loadfile`` with the modules of ``HEAD`` on a worker of their own."""
+    """``--dist loadfile`` with each module of ``HEAD`` on a worker of its own (the workers
+    with the highest ids), while there are workers enough."""
+
+    _heads: int | None = None  # modules of HEAD selected (counted at the first hand-out)
 
     def _waiting(self, node: Any) -> bool | None:
         nodes = self.nodes
         if len(nodes) < 2:
             return None
-        return bool(node is max(nodes, key=lambda n: _order(n.gateway.id)))
+        if self._heads is None:
+            self._heads = sum(m in self.workqueue for m in HEAD)
+        ranked = sorted(nodes, key=lambda n: _order(n.gateway.id), reverse=True)
+        return any(node is n for n in ranked[:max(1, waiting_lanes(len(nodes), self._heads))])
 
     def _assign_work_unit(self, node: Any) -> None:
         module = next_module(list(self.workqueue), self._waiting(node))

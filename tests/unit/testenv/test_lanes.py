@@ -1,8 +1,8 @@
-"""scripts/test's lanes (testenv/lanes.py): the modules of ``HEAD`` on a waiting lane of their
+"""scripts/test's lanes (testenv/lanes.py): each module of ``HEAD`` on a waiting lane of its
 own, every other module on the other lanes in pytest-xdist's order; in the alone phase the
 modules of ``GATEWAY_LANE`` in one lane, those of ``GATES_LANE`` in another, the other tests
-in a third. Checked as pure
-choices and with real pytest-xdist runs in a subprocess."""
+in a third; the unit tests in a phase of their own. Checked as pure choices and with real
+pytest-xdist runs in a subprocess."""
 
 from __future__ import annotations
 
@@ -78,6 +78,32 @@ def test_head_modules_run_on_a_waiting_lane_of_their_own(tmp_path: Path) -> None
     assert {m for w, m in ran if w == "gw2"} == {HEAD}  # the worker with the highest id
     assert {w for w, m in ran if m == HEAD} == {"gw2"}
     assert {m for w, m in ran if w != "gw2"} == {"tests/test_many.py", "tests/test_some.py"}
+
+
+@pytest.mark.parametrize(("workers", "heads", "expected"), [
+    (4, 2, 2), (3, 2, 2), (2, 2, 1), (1, 2, 0), (3, 1, 1), (4, 0, 0), (0, 0, 0),
+])
+def test_waiting_lanes(workers: int, heads: int, expected: int) -> None:
+    assert lanes.waiting_lanes(workers, heads) == expected
+
+
+TWO_HEADS = {"tests/test_many.py": 5, "tests/test_some.py": 3, lanes.HEAD[0]: 2,
+             lanes.HEAD[1]: 2}
+
+
+def test_each_head_module_runs_on_a_waiting_lane_of_its_own(tmp_path: Path) -> None:
+    ran = _ran(tmp_path, 4, "tests", files=TWO_HEADS)
+    on = {m: {w for w, mm in ran if mm == m} for m in TWO_HEADS}
+    assert {*on[lanes.HEAD[0]], *on[lanes.HEAD[1]]} == {"gw2", "gw3"}, on
+    assert len(on[lanes.HEAD[0]]) == len(on[lanes.HEAD[1]]) == 1, on
+    assert {m for w, m in ran if w in ("gw2", "gw3")} == set(lanes.HEAD)
+    assert on["tests/test_many.py"] | on["tests/test_some.py"] <= {"gw0", "gw1"}, on
+
+
+def test_with_two_workers_one_waiting_lane_runs_both_head_modules(tmp_path: Path) -> None:
+    ran = _ran(tmp_path, 2, "tests", files=TWO_HEADS)
+    assert {m for w, m in ran if w == "gw1"} == set(lanes.HEAD)
+    assert {m for w, m in ran if w == "gw0"} == {"tests/test_many.py", "tests/test_some.py"}
 
 
 def test_one_lane_beside_the_waiting_lane_runs_all_the_rest(tmp_path: Path) -> None:
