@@ -187,8 +187,11 @@ def test_a_run_failing_after_convergence_is_watched(
     sha = _push(repo, "nightly", {"gitray.yaml": config, "cron.yaml": dump(_failing_cron(ns)),
                                   "svc.yaml": unschedulable_rayservice(ns)})
     sync = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon", interval="2s")
+    # every 5 s, each scrape given 5 s: a failed scrape marks the series stale and starts the
+    # alert's 2 minutes over (a clean-clone run of 7750636: two scrapes of 1 s failed on the
+    # loaded machine in 300 s, and the alert had not fired by the end of the 240-s wait)
     prometheus = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{sync.port}",
-                            MONITORING / "rules.yaml")
+                            MONITORING / "rules.yaml", scrape_s=5)
     context = f"gitray/{ns}/RayCronJob/nightly"
     labels = f'kind="RayCronJob",name="nightly",namespace="{ns}"'
     try:

@@ -48,9 +48,10 @@ METRIC = re.compile(r"\bgitray_[a-z_]+\b")
 
 
 class Prometheus:
-    """A real Prometheus scraping ``target`` every second, evaluating ``rules`` every second."""
+    """A real Prometheus scraping ``target`` every ``scrape_s`` seconds (each scrape given as
+    long), evaluating ``rules`` every second."""
 
-    def __init__(self, workdir: Path, target: str, rules: Path) -> None:
+    def __init__(self, workdir: Path, target: str, rules: Path, scrape_s: int = 1) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.fail("prometheus is missing: Debian's prometheus package (scripts/testenv "
@@ -58,7 +59,8 @@ class Prometheus:
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
         config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "global": {"scrape_interval": f"{scrape_s}s", "scrape_timeout": f"{scrape_s}s",
+                       "evaluation_interval": "1s"},
             "rule_files": [str(rules)],
             "scrape_configs": [{"job_name": "gitray",
                                 "static_configs": [{"targets": [target]}]}]}))
