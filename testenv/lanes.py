@@ -141,9 +141,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     unit_only, without_unit = config.getoption("unit_phase"), config.getoption("without_unit")
     if not unit_only and not without_unit:
         return
-    keep = [i for i in items if is_unit(i.nodeid) == bool(unit_only)]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (keep if is_unit(item.nodeid) == bool(unit_only) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
 
