@@ -39,9 +39,9 @@ def test_next_module(queue: list[str], waiting: bool | None, expected: str | Non
 FILES = {"tests/test_many.py": 5, "tests/test_some.py": 3, HEAD: 2}
 
 
-def _tree(where: Path, files: dict[str, int]) -> Path:
+def _tree(where: Path, files: dict[str, int], slow: dict[str, float] | None = None) -> Path:
     """The modules of ``files`` with that many tests each; each test appends its xdist worker
-    and its module's name to ``ran.txt``."""
+    and its module's name to ``ran.txt`` (after sleeping ``slow[module]`` seconds)."""
     log = where / "ran.txt"
     body = ("import os\nfrom pathlib import Path\n\n"
             "def _ran(name):\n"
@@ -50,17 +50,20 @@ def _tree(where: Path, files: dict[str, int]) -> Path:
     for path, count in files.items():
         module = where / path
         module.parent.mkdir(parents=True, exist_ok=True)
+        nap = (slow or {}).get(path, 0)
         module.write_text(body + "".join(
-            f"\n\ndef test_{i}():\n    _ran({path!r})\n" for i in range(count)))
+            f"\n\ndef test_{i}():\n    __import__('time').sleep({nap})\n    _ran({path!r})\n"
+            for i in range(count)))
     (where / "pytest.ini").write_text("[pytest]\n")
     return log
 
 
 def _ran(where: Path, workers: int, *args: str, files: dict[str, int] = FILES,
-         passed: int | None = None) -> list[tuple[str, str]]:
+         passed: int | None = None, slow: dict[str, float] | None = None
+         ) -> list[tuple[str, str]]:
     """(worker, module) of every test run, in the order they ran (``passed`` of them: all
-    unless said)."""
-    log = _tree(where, files)
+    unless said; ``slow`` as in ``_tree``)."""
+    log = _tree(where, files, slow)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", "testenv.lanes", "-n", str(workers), "--dist", "loadfile",
@@ -98,6 +101,15 @@ def test_each_head_module_runs_on_a_waiting_lane_of_its_own(tmp_path: Path) -> N
     assert len(on[lanes.HEAD[0]]) == len(on[lanes.HEAD[1]]) == 1, on
     assert {m for w, m in ran if w in ("gw2", "gw3")} == set(lanes.HEAD)
     assert on["tests/test_many.py"] | on["tests/test_some.py"] <= {"gw0", "gw1"}, on
+
+
+def test_a_waiting_lane_runs_its_last_test_without_waiting_for_the_other_lanes(
+        tmp_path: Path) -> None:
+    # pytest-xdist's worker holds its last test back until it is told there is no more work
+    slow = {f"tests/test_{c}.py": 0.3 for c in "abcdef"}  # more modules than two lanes take
+    ran = _ran(tmp_path, 3, "tests", files={**dict.fromkeys(slow, 2), HEAD: 2}, slow=slow)
+    assert {w for w, m in ran if m == HEAD} == {"gw2"}
+    assert [m for _, m in ran][:2] == [HEAD, HEAD], ran  # before the other lanes' first
 
 
 def test_with_two_workers_one_waiting_lane_runs_both_head_modules(tmp_path: Path) -> None:
