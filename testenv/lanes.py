@@ -92,16 +92,21 @@ class WaitingLane(LoadFileScheduling):
     """``--dist loadfile`` with each module of ``HEAD`` on a worker of its own (the workers
     with the highest ids), while there are workers enough."""
 
-    _heads: int | None = None  # modules of HEAD selected (counted at the first hand-out)
+    # the waiting lanes' worker ids, chosen once at the first hand-out: workers that end leave
+    # ``self.nodes``, and ranking what is left again made a busy lane a waiting lane that took
+    # nothing more (clean-clone run of e9b5b01: one lane idle from 09:21, the other ran on alone)
+    _waiting_ids: frozenset[str] | None = None
 
     def _waiting(self, node: Any) -> bool | None:
-        nodes = self.nodes
-        if len(nodes) < 2:
+        if self._waiting_ids is None:
+            nodes = self.nodes
+            heads = sum(m in self.workqueue for m in HEAD)
+            ranked = sorted(nodes, key=lambda n: _order(n.gateway.id), reverse=True)
+            count = max(1, waiting_lanes(len(nodes), heads)) if len(nodes) >= 2 else 0
+            self._waiting_ids = frozenset(n.gateway.id for n in ranked[:count])
+        if not self._waiting_ids:
             return None
-        if self._heads is None:
-            self._heads = sum(m in self.workqueue for m in HEAD)
-        ranked = sorted(nodes, key=lambda n: _order(n.gateway.id), reverse=True)
-        return any(node is n for n in ranked[:max(1, waiting_lanes(len(nodes), self._heads))])
+        return node.gateway.id in self._waiting_ids
 
     def _assign_work_unit(self, node: Any) -> None:
         module = next_module(list(self.workqueue), self._waiting(node))

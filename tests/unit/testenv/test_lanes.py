@@ -110,6 +110,9 @@ def test_a_waiting_lane_runs_its_last_test_without_waiting_for_the_other_lanes(
     ran = _ran(tmp_path, 3, "tests", files={**dict.fromkeys(slow, 2), HEAD: 2}, slow=slow)
     assert {w for w, m in ran if m == HEAD} == {"gw2"}
     assert [m for _, m in ran][:2] == [HEAD, HEAD], ran  # before the other lanes' first
+    # the waiting lane ended first: the two other lanes still share the rest
+    lanes_of = {w: {m for ww, m in ran if ww == w} for w in ("gw0", "gw1")}
+    assert all(len(m) >= 3 for m in lanes_of.values()), lanes_of
 
 
 def test_with_two_workers_one_waiting_lane_runs_both_head_modules(tmp_path: Path) -> None:
