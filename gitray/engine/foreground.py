@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from gitray.core.model import ObjectKey
 from gitray.engine.executor import Outcome, WorkloadOutcome
-from gitray.engine.fleet import Fleet, Flight, dispatchable, order_of
+from gitray.engine.fleet import Fleet, dispatchable, order_of
 from gitray.plans.plan import Plan, WorkloadPlan
 
 __all__ = ["run_to_end"]
@@ -66,16 +66,22 @@ def run_to_end(plan: Plan, run: Callable[[WorkloadPlan], WorkloadOutcome], worke
         return replace(plan, workloads=tuple(w for w in plan.workloads
                                              if w.key not in outcomes or w.key in stopped))
 
+    # The runs started whose outcomes have not been taken from ``ended`` yet. (Not the fleet's
+    # in-flight runs: a run leaves those before its outcome is queued, and a run that ended at
+    # once would be neither counted nor started again.)
+    running: set[ObjectKey] = set()
     try:
         while True:
             if not errors:
-                flights: dict[ObjectKey, Flight] = fleet.in_flight()
-                for wp in dispatchable(left(), flights, stopped, resume):
-                    fleet.dispatch(wp, plan.revision, "apply", guarded(wp))
-            if not fleet.in_flight():
+                for wp in dispatchable(left(), running, stopped, resume):
+                    running.add(wp.key)  # (first: a Ctrl-C may land as it starts)
+                    if not fleet.dispatch(wp, plan.revision, "apply", guarded(wp)):
+                        running.discard(wp.key)
+            if not running:
                 break
             key, outcome = _next(ended)
             assert outcome is not None  # ``guarded`` always returns one
+            running.discard(key)
             outcomes[key] = outcome
             if outcome.outcome in _STOPPING:
                 stopped[key] = _STOPPING[outcome.outcome]
@@ -83,9 +89,9 @@ def run_to_end(plan: Plan, run: Callable[[WorkloadPlan], WorkloadOutcome], worke
         interrupt()
         fleet.stop()
         until = time.monotonic() + STOP_GRACE_S
-        while fleet.in_flight() and time.monotonic() < until:
+        while running and time.monotonic() < until:
             with contextlib.suppress(queue.Empty):
-                ended.get(timeout=0.5)
+                running.discard(ended.get(timeout=0.5)[0])
         raise
     finally:
         fleet.shutdown()

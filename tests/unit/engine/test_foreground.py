@@ -8,12 +8,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from gitray.core.errors import LeaseLostError
 from gitray.core.model import ObjectKey
+from gitray.engine import foreground
 from gitray.engine.executor import Outcome, Waiting, WorkloadOutcome
+from gitray.engine.fleet import Fleet
 from gitray.engine.foreground import run_to_end
 from gitray.plans.plan import Action, Plan, Step, WorkloadPlan
 from gitray.plans.steptypes import StepType
@@ -100,6 +103,31 @@ def test_a_run_to_resume_runs_though_the_plan_has_no_steps_for_it() -> None:
     outcomes = run_to_end(plan, runs, workers=2, resume={RC0})
     assert runs.started() == [RC0, RS1]
     assert [o.key for o in outcomes] == [RC0, RS1]
+
+
+class EndsFirst(Fleet):
+    """A fleet whose ``dispatch`` returns only once the run it started has ended: the order
+    a run that ends at once (a ConfigMap applied) can take on a busy machine."""
+
+    def dispatch(self, wp: WorkloadPlan, sha: str, trigger: str,
+                 run: Callable[[], WorkloadOutcome]) -> bool:
+        started = super().dispatch(wp, sha, trigger, run)
+        assert self.wait(10)
+        return started
+
+
+def test_a_run_that_ended_before_apply_looked_again_has_its_outcome(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(CI run of 683a26f: ``apply --override-freeze`` applied its ConfigMap, and said "0
+    converged, 1 not run: not started", exit 1: the run left the fleet before apply looked.)"""
+    monkeypatch.setattr(foreground, "Fleet", EndsFirst)
+    plan = Plan("sha", "live", workloads=(wp(CM0, 0), wp(RC0, 0), wp(RS1, 1)))
+    runs = Runs(seconds=0)
+    outcomes = run_to_end(plan, runs, workers=2)
+    assert [(o.key, o.outcome) for o in outcomes] == [(CM0, Outcome.SUCCEEDED),
+                                                      (RC0, Outcome.SUCCEEDED),
+                                                      (RS1, Outcome.SUCCEEDED)]
+    assert runs.started() == [CM0, RC0, RS1]  # each once
 
 
 @pytest.mark.parametrize(("how", "said"), [(Outcome.FAILED, "wave 0 failed"),
