@@ -76,6 +76,20 @@ def paged(fetch: Callable[[str | None], Mapping[str, Any]],
         token = str(following)
 
 
+def _decoded(response: Any) -> dict[str, Any]:
+    """The object of an API response, decoded straight from its JSON (the dynamic client's
+    object wrappers, and turning them back into dicts, cost more CPU than the request: a
+    KubeRay CRD is megabytes of schema)."""
+    try:
+        obj = json.loads(response.data)
+    except (ValueError, TypeError) as e:
+        raise TransientError(f"the API server answered with something that is not JSON "
+                             f"({type(e).__name__})") from e
+    if not isinstance(obj, dict):
+        raise TransientError("the API server answered with JSON that is not an object")
+    return obj
+
+
 class Kube:
     """Dict-based access to the API server through the dynamic client."""
 
@@ -138,10 +152,10 @@ class Kube:
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         res = self.resource(api_version, kind)
-        obj = self._call(f"reading {kind} {namespace}/{name}",
-                         lambda: res.get(name=name, namespace=namespace,
-                                         _request_timeout=self.timeout))
-        return dict(obj.to_dict())
+        return _decoded(self._call(f"reading {kind} {namespace}/{name}",
+                                   lambda: res.get(name=name, namespace=namespace,
+                                                   serialize=False,
+                                                   _request_timeout=self.timeout)))
 
     def get_or_none(self, api_version: str, kind: str, namespace: str,
                     name: str) -> dict[str, Any] | None:
@@ -203,11 +217,11 @@ class Kube:
         res = self.resource(body["apiVersion"], body["kind"])
         meta = body["metadata"]
         send = getattr(res, verb)
-        return dict(self._call(
+        return _decoded(self._call(
             f"{doing} {body['kind']} {meta.get('namespace')}/{meta['name']}",
             lambda: send(body=dict(body), namespace=meta.get("namespace"),
-                         field_manager=FIELD_MANAGER, _request_timeout=self.timeout),
-        ).to_dict())
+                         field_manager=FIELD_MANAGER, serialize=False,
+                         _request_timeout=self.timeout)))
 
     def apply(self, body: Mapping[str, Any], *, force: bool = True,
               dry_run: bool = False) -> dict[str, Any]:
@@ -216,13 +230,13 @@ class Kube:
         res = self.resource(body["apiVersion"], body["kind"])
         meta = body["metadata"]
         extra = {"dry_run": "All"} if dry_run else {}
-        return dict(self._call(
+        return _decoded(self._call(
             f"applying {body['kind']} {meta.get('namespace')}/{meta['name']}",
             lambda: res.server_side_apply(body=dict(body), name=meta["name"],
                                           namespace=meta.get("namespace"),
                                           field_manager=FIELD_MANAGER, force_conflicts=force,
-                                          _request_timeout=self.timeout, **extra),
-        ).to_dict())
+                                          serialize=False, _request_timeout=self.timeout,
+                                          **extra)))
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str,
               patch: Any, *, json_patch: bool = False) -> dict[str, Any]:
@@ -230,12 +244,11 @@ class Kube:
         res = self.resource(api_version, kind)
         content_type = ("application/json-patch+json" if json_patch
                         else "application/merge-patch+json")
-        return dict(self._call(
+        return _decoded(self._call(
             f"patching {kind} {namespace}/{name}",
             lambda: res.patch(body=patch, name=name, namespace=namespace,
                               content_type=content_type, field_manager=FIELD_MANAGER,
-                              _request_timeout=self.timeout),
-        ).to_dict())
+                              serialize=False, _request_timeout=self.timeout)))
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str,
                *, resource_version: str | None = None) -> bool:
