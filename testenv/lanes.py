@@ -6,14 +6,16 @@ pytest-xdist hands each lane whole modules, the modules with the most tests firs
 ``--loadscope-reorder``, on by default). ``HEAD`` names the long modules that mostly wait (a
 RayJob that sleeps for 10 minutes in ``test_fleet.py``). They get a lane of their own, the
 **waiting lanes**: with ``-n N`` and H modules of ``HEAD`` selected, the H workers with the
-highest ids (``gwN-1``, ...) run one module of ``HEAD`` each and nothing else, from the start
+highest ids (``gwN-1``, ...) run one module of ``HEAD`` each from the start
 (``waiting_lanes``: at least one other lane is left; fewer workers, and a waiting lane runs
 the rest of ``HEAD`` one after another), and the other workers run every other module in
 pytest-xdist's order. So ``scripts/test`` asks for a worker more than its lanes per module of
 ``HEAD``: the waits overlap all the rest and each other without holding a lane that could run
-it. With one worker there is no waiting lane (it runs everything); with no module of ``HEAD``
-selected the highest worker has nothing to do and idles until the others end. Only where
-modules run changes: which tests run does not.
+it. A waiting lane whose modules of ``HEAD`` are all taken takes the other modules too, as
+one more lane: in the clean-clone run of 2136143 the lane of ``test_health_notices.py`` idled
+from 259 s and that of ``test_fleet.py`` from 806 s of a 1,167-s lanes phase, the machine
+45-80 % busy after 806 s by ``/proc/stat``. With one worker there is no waiting lane (it runs
+everything). Only where modules run changes: which tests run does not.
 Not for modules that load the node (``--no-loadscope-reorder`` with every long module first
 put two real-Ray modules side by side at once and slowed the API server: commit 30e8e30).
 
@@ -25,7 +27,11 @@ The alone phase (``--alone-lanes``) runs the tests that count failed requests or
 rates, and the Gateway tests, with no lane beside them: in three lanes, one test at a time in
 each (``AloneLanes``): the modules of ``GATEWAY_LANE`` (the Gateway tests: one Traefik
 listener, one ``/hello`` route at a time) in one, those of ``GATES_LANE`` in another, every
-other module in the third.
+other module in the third. The CI tests (under ``LATE_DIR``, marked ``late``: the GitHub
+Action, the GitLab template and the pre-commit hook, run as their hosts run them; no
+Kubernetes) follow on the lanes other than the Gateway's once those ran their own modules: the
+Gateway lane ends about 140 s after the other two, the machine ~30 % idle meanwhile, and the
+CI tests touch nothing the counting tests count.
 (pytest-xdist's ``--dist loadgroup`` would do it by marks, but groups nothing with pytest 9.2
 and pytest-xdist 3.8 here: every test was handed out on its own.)
 """
@@ -37,8 +43,9 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling, LoadScopeScheduling
 
-__all__ = ["GATES_LANE", "GATEWAY_LANE", "HEAD", "UNIT_DIR", "AloneLanes", "WaitingLane",
-           "alone_group", "is_unit", "next_module", "waiting_lanes"]
+__all__ = ["ALONE_GROUPS", "GATES_LANE", "GATEWAY_LANE", "HEAD", "LATE_DIR", "UNIT_DIR",
+           "AloneLanes", "WaitingLane", "alone_group", "is_unit", "next_alone_scope",
+           "next_module", "waiting_lanes"]
 
 # long, and waiting most of their time (seconds in the clean-clone run of dc85845, one waiting
 # lane for both: test_fleet.py 800, a RayJob sleeping 10 minutes and two RayJobs parked for
@@ -57,12 +64,33 @@ UNIT_DIR = "tests/unit"
 GATEWAY_LANE = ("tests/integration/test_gateway.py", "tests/integration/test_incremental.py",
                 "tests/integration/test_monitoring.py")
 GATES_LANE = ("tests/integration/test_bluegreen_gates.py", "tests/integration/test_vs_kuberay.py")
+ALONE_GROUPS = ("gateway", "gates", "alone")  # the alone phase's lanes, handed out first
+# The CI tests (marked late): at the end of the alone phase, not in the lanes (seconds in the
+# clean-clone run of 2f9378f with three lanes: the alone phase's other lanes ended at 409 and
+# 423, the Gateway lane at 538; test_github_action.py took 135 in a lane)
+LATE_DIR = "tests/ci"
 
 
 def alone_group(nodeid: str) -> str:
-    """The alone phase's lane of a test (its node id)."""
+    """The alone phase's scope of a test (its node id): its lane's group, or its own module
+    for a late module (under ``LATE_DIR``: one module at a time on a lane that is free)."""
     module = nodeid.split("::", 1)[0]
+    if module.startswith(f"{LATE_DIR}/"):
+        return module
     return "gateway" if module in GATEWAY_LANE else "gates" if module in GATES_LANE else "alone"
+
+
+def next_alone_scope(queue: list[str], gateway_lane: bool) -> str | None:
+    """The scope a lane of the alone phase takes next from the queue: a group of
+    ``ALONE_GROUPS`` while one is left (in that order), then the late modules in the queue's
+    order, never on the Gateway lane (``gateway_lane``: it ends last as it is); None: none
+    for it."""
+    group = next((g for g in ALONE_GROUPS if g in queue), None)
+    if group is not None:
+        return group
+    if gateway_lane:
+        return None
+    return next((scope for scope in queue if scope not in ALONE_GROUPS), None)
 
 
 def is_unit(nodeid: str) -> bool:
@@ -73,12 +101,15 @@ def is_unit(nodeid: str) -> bool:
 
 def next_module(queue: list[str], waiting: bool | None) -> str | None:
     """The module a lane takes next from the queue (in its order): the waiting lane
-    (``waiting`` True) the first module of ``HEAD``, another lane beside it (False) the first
-    module not in ``HEAD``, the one lane there is (None) the first; None: none for it."""
+    (``waiting`` True) the first module of ``HEAD``, and once none is left the first other
+    module, as another lane beside it (False) does, which never takes one of ``HEAD``; the one
+    lane there is (None) the first; None: none for it."""
     if waiting is None:
         return queue[0] if queue else None
     if waiting:
-        return next((m for m in HEAD if m in queue), None)
+        head = next((m for m in HEAD if m in queue), None)
+        if head is not None:
+            return head
     return next((m for m in queue if m not in HEAD), None)
 
 
@@ -124,10 +155,22 @@ class WaitingLane(LoadFileScheduling):
 
 
 class AloneLanes(LoadScopeScheduling):
-    """The alone phase: the tests of one ``alone_group`` on one worker, one after another."""
+    """The alone phase: the tests of one ``alone_group`` on one worker, one after another, then
+    the late modules on the lanes other than the Gateway lane (``next_alone_scope``)."""
 
     def _split_scope(self, nodeid: str) -> str:
         return alone_group(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        # (the one lane there is runs everything)
+        gateway_lane = "gateway" in self.assigned_work.get(node, {}) and len(self.nodes) > 1
+        scope = next_alone_scope(list(self.workqueue), gateway_lane)
+        if scope is None:  # (told, as in WaitingLane: else its last test waits for more work)
+            if not node.shutting_down:
+                node.shutdown()
+            return
+        self.workqueue.move_to_end(scope, last=False)
+        super()._assign_work_unit(node)
 
 
 def _order(worker: str) -> tuple[int, str]:

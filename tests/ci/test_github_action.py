@@ -10,8 +10,14 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from testenv.githost.server import GitHost
 from tests.ci.harness import EXAMPLES, ActionRun, base_env, commit_all, git, run_action
+
+# the CI tests need no environment: scripts/test runs them at the end of the alone phase
+# (testenv/lanes.py, LATE_DIR)
+pytestmark = pytest.mark.late
 
 TOKEN = "ghs_actionTestToken0123456789abcdef"
 PR = 7

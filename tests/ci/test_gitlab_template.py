@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from testenv.githost.server import GitHost
 from tests.ci.harness import (
@@ -24,6 +25,10 @@ from tests.ci.harness import (
     run_gitlab_job,
 )
 from tests.reportschemas import CODE_QUALITY_SCHEMA
+
+# the CI tests need no environment: scripts/test runs them at the end of the alone phase
+# (testenv/lanes.py, LATE_DIR)
+pytestmark = pytest.mark.late
 
 TOKEN = "glpat-templateTestToken0123456789"
 MR = 11

@@ -12,8 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gitray.cli.app import main
 from tests.ci.harness import EXAMPLES, base_env, commit_all, git
+
+# the CI tests need no environment: scripts/test runs them at the end of the alone phase
+# (testenv/lanes.py, LATE_DIR)
+pytestmark = pytest.mark.late
 
 CLUSTER = "ray-cluster/raycluster.yaml"
 PROBLEM = ("ray-cluster/raycluster.yaml:10:3: namespace 'prod' is not in allowedNamespaces "

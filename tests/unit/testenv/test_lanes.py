@@ -25,7 +25,7 @@ HEAD = lanes.HEAD[0]
     (["a.py", HEAD, "b.py"], False, "a.py"),
     ([HEAD, "b.py"], False, "b.py"),
     ([HEAD], False, None),          # another lane takes nothing of HEAD
-    (["a.py", "b.py"], True, None),  # the waiting lane takes nothing else
+    (["a.py", "b.py"], True, "a.py"),  # no HEAD left: the waiting lane joins the others
     ([], True, None),
     ([], False, None),
     ([HEAD, "a.py"], None, HEAD),    # one lane: everything, in the queue's order
@@ -78,9 +78,9 @@ def _ran(where: Path, workers: int, *args: str, files: dict[str, int] = FILES,
 
 def test_head_modules_run_on_a_waiting_lane_of_their_own(tmp_path: Path) -> None:
     ran = _ran(tmp_path, 3, "tests")
-    assert {m for w, m in ran if w == "gw2"} == {HEAD}  # the worker with the highest id
-    assert {w for w, m in ran if m == HEAD} == {"gw2"}
-    assert {m for w, m in ran if w != "gw2"} == {"tests/test_many.py", "tests/test_some.py"}
+    assert {w for w, m in ran if m == HEAD} == {"gw2"}  # the worker with the highest id
+    assert [m for w, m in ran if w == "gw2"][:2] == [HEAD, HEAD]  # first there
+    assert {m for w, m in ran if w != "gw2"} <= {"tests/test_many.py", "tests/test_some.py"}
 
 
 @pytest.mark.parametrize(("workers", "heads", "expected"), [
@@ -99,8 +99,8 @@ def test_each_head_module_runs_on_a_waiting_lane_of_its_own(tmp_path: Path) -> N
     on = {m: {w for w, mm in ran if mm == m} for m in TWO_HEADS}
     assert {*on[lanes.HEAD[0]], *on[lanes.HEAD[1]]} == {"gw2", "gw3"}, on
     assert len(on[lanes.HEAD[0]]) == len(on[lanes.HEAD[1]]) == 1, on
-    assert {m for w, m in ran if w in ("gw2", "gw3")} == set(lanes.HEAD)
-    assert on["tests/test_many.py"] | on["tests/test_some.py"] <= {"gw0", "gw1"}, on
+    for worker in ("gw2", "gw3"):  # each began with its module of HEAD
+        assert next(m for w, m in ran if w == worker) in lanes.HEAD, ran
 
 
 def test_a_waiting_lane_runs_its_last_test_without_waiting_for_the_other_lanes(
@@ -110,22 +110,24 @@ def test_a_waiting_lane_runs_its_last_test_without_waiting_for_the_other_lanes(
     ran = _ran(tmp_path, 3, "tests", files={**dict.fromkeys(slow, 2), HEAD: 2}, slow=slow)
     assert {w for w, m in ran if m == HEAD} == {"gw2"}
     assert [m for _, m in ran][:2] == [HEAD, HEAD], ran  # before the other lanes' first
-    # the waiting lane ended first: the two other lanes still share the rest
-    lanes_of = {w: {m for ww, m in ran if ww == w} for w in ("gw0", "gw1")}
-    assert all(len(m) >= 3 for m in lanes_of.values()), lanes_of
+    # after its module the waiting lane takes the others' modules too, and the two other
+    # lanes still share them (5ce4f63: ranked again after a lane ended, one took nothing)
+    lanes_of = {w: {m for ww, m in ran if ww == w} for w in ("gw0", "gw1", "gw2")}
+    assert len(lanes_of["gw0"]) >= 2 and len(lanes_of["gw1"]) >= 2, lanes_of
+    assert lanes_of["gw2"] - {HEAD}, lanes_of
 
 
 def test_with_two_workers_one_waiting_lane_runs_both_head_modules(tmp_path: Path) -> None:
     ran = _ran(tmp_path, 2, "tests", files=TWO_HEADS)
-    assert {m for w, m in ran if w == "gw1"} == set(lanes.HEAD)
-    assert {m for w, m in ran if w == "gw0"} == {"tests/test_many.py", "tests/test_some.py"}
+    assert {w for w, m in ran if m in lanes.HEAD} == {"gw1"}
+    on_gw1 = [m for w, m in ran if w == "gw1"]
+    assert set(on_gw1[:4]) == set(lanes.HEAD), on_gw1  # both, before anything else
 
 
 def test_one_lane_beside_the_waiting_lane_runs_all_the_rest(tmp_path: Path) -> None:
     ran = _ran(tmp_path, 2, "tests")
     assert {w for w, m in ran if m == HEAD} == {"gw1"}
-    assert [m for w, m in ran if w == "gw0"] == (
-        ["tests/test_many.py"] * 5 + ["tests/test_some.py"] * 3)  # pytest-xdist's order
+    assert [m for w, m in ran if w == "gw0"][:5] == ["tests/test_many.py"] * 5  # xdist's order
 
 
 def test_one_worker_runs_everything(tmp_path: Path) -> None:
@@ -167,6 +169,62 @@ def test_the_alone_phase_runs_each_of_its_three_lanes_on_a_worker_of_its_own(
     assert worker[modules[2]] == worker[modules[3]]
     assert worker[modules[4]] == worker[modules[5]]
     assert len({*worker[modules[0]], *worker[modules[2]], *worker[modules[4]]}) == 3, worker
+
+
+LATE_A, LATE_B = f"{lanes.LATE_DIR}/test_action.py", f"{lanes.LATE_DIR}/test_hook.py"
+
+
+@pytest.mark.parametrize(("queue", "gateway_lane", "expected"), [
+    ([LATE_A, "alone", "gates", "gateway"], False, "gateway"),  # the groups first, in order
+    ([LATE_A, "alone", "gates"], True, "gates"),
+    ([LATE_A, LATE_B, "alone"], False, "alone"),
+    ([LATE_B, LATE_A], False, LATE_B),   # then the late modules, in the queue's order
+    ([LATE_B, LATE_A], True, None),      # never on the Gateway lane
+    ([], False, None),
+])
+def test_next_alone_scope(queue: list[str], gateway_lane: bool, expected: str | None) -> None:
+    assert lanes.next_alone_scope(queue, gateway_lane) == expected
+
+
+def test_a_late_module_is_a_scope_of_its_own() -> None:
+    assert lanes.alone_group(f"{LATE_A}::test_x[1]") == LATE_A
+
+
+def test_the_modules_marked_late_are_the_ci_tests() -> None:
+    marked = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").rglob("test_*.py")
+                    if re.search(r"^pytestmark = pytest\.mark\.late$", path.read_text(),
+                                 re.MULTILINE))
+    ci = sorted(str(p.relative_to(ROOT)) for p in (ROOT / lanes.LATE_DIR).glob("test_*.py"))
+    assert ci and marked == ci
+
+
+def test_the_late_modules_follow_the_alone_lanes_and_never_run_on_the_gateway_lane(
+        tmp_path: Path) -> None:
+    """The Gateway lane's tests are slow here: the two other lanes end first and run the late
+    modules; the Gateway lane's last test is not held back for work that is not for it."""
+    gateway = lanes.GATEWAY_LANE[0]
+    files = {gateway: 3, lanes.GATES_LANE[0]: 1, "tests/integration/test_counts.py": 1,
+             LATE_A: 2, LATE_B: 2}
+    ran = _ran(tmp_path, 3, "--alone-lanes", "tests", files=files, slow={gateway: 0.7})
+    worker = {m: {w for w, mm in ran if mm == m} for m in files}
+    assert all(len(w) == 1 for w in worker.values()), worker
+    gateway_lane = worker[gateway]
+    assert not gateway_lane & (worker[LATE_A] | worker[LATE_B]), worker
+    order = [m for _, m in ran]
+    # each late module began after every test of the groups on its lane, and before the
+    # Gateway lane ended (they ran beside it)
+    for late in (LATE_A, LATE_B):
+        lane = next(iter(worker[late]))
+        on_lane = [m for w, m in ran if w == lane]
+        assert on_lane.index(late) > max(i for i, m in enumerate(on_lane)
+                                         if m not in (LATE_A, LATE_B)), on_lane
+    assert order[-1] == gateway, order
+
+
+def test_with_one_worker_the_alone_phase_runs_the_late_modules_too(tmp_path: Path) -> None:
+    files = {lanes.GATEWAY_LANE[0]: 1, LATE_A: 2}
+    ran = _ran(tmp_path, 1, "--alone-lanes", "tests", files=files)
+    assert [m for _, m in ran] == [lanes.GATEWAY_LANE[0], LATE_A, LATE_A]
 
 
 @pytest.mark.parametrize(("nodeid", "expected"), [
