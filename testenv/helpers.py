@@ -223,8 +223,8 @@ class TestEnv:
     def close(self) -> None:
         self.api_client.close()
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        return control.kubectl(self.state, *args, stdin=stdin).stdout
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+        return control.kubectl(self.state, *args, stdin=stdin, timeout=timeout).stdout
 
     # -- RayClusters ----------------------------------------------------------------------
     def create_raycluster(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -21,13 +21,27 @@ _yaml = YAML(typ="safe", pure=True)
 
 def example_rayservice(namespace: str, *, image: str = "rayproject/ray:2.60.0",
                        serve: str | None = None, name: str = "serve-demo",
-                       revision: int = 0) -> dict[str, Any]:
+                       revision: int = 0, workers: int | None = None) -> dict[str, Any]:
     """The examples-repo RayService, moved to ``namespace``, with the given image/Serve config.
     Each ``revision`` > 0 is another cluster spec (an environment variable of the head) with
-    the same image: as many blue-green upgrades as a test needs, all runnable on real pods."""
+    the same image: as many blue-green upgrades as a test needs, all runnable on real pods.
+    ``workers``: its worker group's replicas (and at most as many minReplicas) instead of the
+    example's; a test whose Serve apps fit the head needs none (measured on the suite's
+    environment: a RayService with one worker pod used 4.6 CPU-s more than one without, from
+    its creation to 60 s after Ready: the worker's `ray health-check` init loop, raylet and
+    agents). Every Ray container requests 100m CPU, not the example's 200m, as
+    testenv.helpers' real_raycluster_spec: the suite runs up to four modules at once on the
+    node's 2 CPUs (in the clean-clone run of c8af979, four modules at once, a Pod of the
+    in-cluster Deployment was not bound to the node for two minutes)."""
     doc: dict[str, Any] = copy.deepcopy(_yaml.load(EXAMPLE_SERVICE.read_text()))
     doc["metadata"] = {"name": name, "namespace": namespace}
     cluster = doc["spec"]["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        group["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
+    if workers is not None:
+        for group in cluster["workerGroupSpecs"]:
+            group["replicas"] = workers
+            group["minReplicas"] = min(int(group.get("minReplicas", 0)), workers)
     head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
     head["image"] = image
     if revision:

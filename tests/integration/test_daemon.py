@@ -46,7 +46,7 @@ def serving(testenv: TestEnv, ns: str) -> str | None:
 
 
 def rs(ns: str, **kw: Any) -> str:
-    return dump(example_rayservice(ns, serve=serve_config(GREETER), **kw))
+    return dump(example_rayservice(ns, serve=serve_config(GREETER), workers=0, **kw))
 
 
 def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
@@ -81,7 +81,7 @@ def test_the_daemon_follows_pushes_fails_safely_and_survives_an_outage(
     wait_for(lambda: ray_clusters(testenv, namespace) == [green] or None, timeout=60)  # deleted
 
     broken = push(work, "broken", {"svc.yaml": dump(example_rayservice(
-        namespace, revision=2,
+        namespace, revision=2, workers=0,
         serve=serve_config(GREETER, ("broken", "/broken", "serve_apps.nope:app"))))})
     wait_for(lambda: sync_proc.metric("gitray_workloads", 'outcome="failed"') == 1 or None,
              timeout=240)

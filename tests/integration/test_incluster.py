@@ -65,7 +65,7 @@ FIGURES: dict[str, Any] = {}
 def service(ns: str, revision: int, serve: str | None = None) -> str:
     """The RayService sized for the real node; each revision another cluster spec, so a
     revision change is a blue-green upgrade."""
-    return dump(real_node_rayservice(ns, serve=serve or serve_config(GREETER),
+    return dump(real_node_rayservice(ns, serve=serve or serve_config(GREETER), workers=0,
                                      revision=revision))
 
 
@@ -366,7 +366,8 @@ def test_rollout_restart_mid_upgrade_resumes_at_the_recorded_step(incluster: InC
         _, first_takeover = takeover(f, leader, timeout=300)
         FIGURES["rollout restart -> first take-over s"] = first_takeover
         FIGURES["steps done before the restart"] = done_before
-        f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+        f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s",
+                      timeout=330)
         FIGURES["rollout restart -> rollout complete s"] = round(time.monotonic() - t, 1)
         # (by then the record may be the later run that deleted the old cluster at its deadline)
         rec = f.converged(sha, new=new)
@@ -394,7 +395,8 @@ def test_a_namespace_not_bound_by_the_rbac_fails_with_a_clear_status(
     f.env.kubectl("-n", NS, "patch", "configmap", "gitray-config", "--type=merge", "-p",
                   json.dumps({"data": {"GITRAY_ALLOWED_NAMESPACES": f"{allowed},{f.unbound}"}}))
     f.env.kubectl("-n", NS, "rollout", "restart", "deployment/gitray")
-    f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+    f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s",
+                  timeout=330)
     cluster = real_raycluster_manifest("not-allowed", workers=0)
     cluster["metadata"]["namespace"] = f.unbound
     sha = f.push("a cluster where gitray has no rights", {"unbound.yaml": dump(cluster)})
@@ -488,7 +490,8 @@ components:
         t = time.monotonic()
         f.env.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(sharded))
         f.env.kubectl("-n", NS, "rollout", "restart", "deployment/gitray")
-        f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+        f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s",
+                      timeout=330)
         wait_for(lambda: balanced(f, leases), timeout=180, interval=0.5,
                  what=f"{SHARDS} shards over three Ready pods, two each")
         FIGURES["1 -> 6 shards by a rollout: balanced s"] = round(time.monotonic() - t, 1)
@@ -502,7 +505,8 @@ components:
             old_pods = set(f.ready_pods())
             mark, t = time.time(), time.monotonic()
             f.env.kubectl("-n", NS, "rollout", "restart", "deployment/gitray")
-            f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s")
+            f.env.kubectl("-n", NS, "rollout", "status", "deployment/gitray", "--timeout=300s",
+                          timeout=330)
             FIGURES["sharded: rollout restart -> rollout complete s"] = round(
                 time.monotonic() - t, 1)
             wait_for(lambda: balanced(f, leases), timeout=180, interval=0.5,

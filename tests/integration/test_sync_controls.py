@@ -79,7 +79,7 @@ def test_a_freeze_window_holds_sync_and_a_suspended_workload_waits_for_resume(
 
 
 def unschedulable_rayservice(ns: str) -> str:
-    doc = example_rayservice(ns)
+    doc = example_rayservice(ns, workers=0)  # (a worker would loop on its head's GCS)
     head = doc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
     head["nodeSelector"] = {"gitray.io/test": "nowhere"}  # never ready
     return dump(doc)
