@@ -14,7 +14,7 @@ pytest-xdist's order. So ``scripts/test`` asks for a worker more than its lanes 
 it. A waiting lane whose modules of ``HEAD`` are all taken takes the other modules too, as
 one more lane: in the clean-clone run of 2136143 the lane of ``test_health_notices.py`` idled
 from 259 s and that of ``test_fleet.py`` from 806 s of a 1,167-s lanes phase, the machine
-45-80 % busy after 806 s by ``/proc/stat``. With one worker there is no waiting lane (it runs
+45-86 % busy after 806 s by ``/proc/stat``. With one worker there is no waiting lane (it runs
 everything). Only where modules run changes: which tests run does not.
 Not for modules that load the node (``--no-loadscope-reorder`` with every long module first
 put two real-Ray modules side by side at once and slowed the API server: commit 30e8e30).
