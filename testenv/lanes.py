@@ -140,18 +140,7 @@ class WaitingLane(LoadFileScheduling):
         return node.gateway.id in self._waiting_ids
 
     def _assign_work_unit(self, node: Any) -> None:
-        module = next_module(list(self.workqueue), self._waiting(node))
-        if module is None:
-            # Nothing in the queue is for this lane, now or later (it only shrinks): tell the
-            # worker so. A pytest-xdist worker holds its last test back until it gets more work
-            # or this; unsaid, a waiting lane's last test began only when every other lane had
-            # ended (clean-clone run of 43f284b: test_fleet.py's second test, 154 s, began
-            # at 1,151 s and ended the lanes phase at 1,305 s).
-            if not node.shutting_down:
-                node.shutdown()
-            return
-        self.workqueue.move_to_end(module, last=False)
-        super()._assign_work_unit(node)
+        _hand_out(self, node, next_module(list(self.workqueue), self._waiting(node)))
 
 
 class AloneLanes(LoadScopeScheduling):
@@ -164,13 +153,21 @@ class AloneLanes(LoadScopeScheduling):
     def _assign_work_unit(self, node: Any) -> None:
         # (the one lane there is runs everything)
         gateway_lane = "gateway" in self.assigned_work.get(node, {}) and len(self.nodes) > 1
-        scope = next_alone_scope(list(self.workqueue), gateway_lane)
-        if scope is None:  # (told, as in WaitingLane: else its last test waits for more work)
-            if not node.shutting_down:
-                node.shutdown()
-            return
-        self.workqueue.move_to_end(scope, last=False)
-        super()._assign_work_unit(node)
+        _hand_out(self, node, next_alone_scope(list(self.workqueue), gateway_lane))
+
+
+def _hand_out(scheduler: LoadScopeScheduling, node: Any, scope: str | None) -> None:
+    """Give ``node`` the queue's ``scope`` next, or, when None (nothing in the queue is for
+    this lane, now or later: it only shrinks), tell its worker so. A pytest-xdist worker holds
+    its last test back until it gets more work or this; unsaid, a waiting lane's last test
+    began only when every other lane had ended (clean-clone run of 43f284b: test_fleet.py's
+    second test, 154 s, began at 1,151 s and ended the lanes phase at 1,305 s)."""
+    if scope is None:
+        if not node.shutting_down:
+            node.shutdown()
+        return
+    scheduler.workqueue.move_to_end(scope, last=False)
+    LoadScopeScheduling._assign_work_unit(scheduler, node)
 
 
 def _order(worker: str) -> tuple[int, str]:
