@@ -66,7 +66,10 @@ class Replica:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def get(self, path: str, timeout: float = 3) -> tuple[int, str]:
+    def get(self, path: str, timeout: float = 20) -> tuple[int, str]:
+        """GET from the replica's HTTP server. The 20-s default is for tests that assert on
+        the answer: on a machine 95 % busy, a 3-s timeout ran out on /readyz (answered from
+        memory) while the daemon waited for the CPU."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
                                         timeout=timeout) as r:
@@ -89,7 +92,8 @@ class Replica:
     def metric(self, name: str, labels: str = "") -> float | None:
         """A metric's value; None when the process does not answer."""
         try:
-            _, text = self.get("/metrics")
+            # 3 s: callers poll and take no answer (e.g. a SIGSTOPped replica) as None
+            _, text = self.get("/metrics", timeout=3)
         except (OSError, urllib.error.URLError):
             return None
         # anchored at the start of a sample line: "# HELP <name> 1 while ..." must not match
