@@ -69,6 +69,9 @@ def test_a_cluster_becoming_ready_releases_the_wait_parked_on_it(
         assert watches.watching() == [(API_VERSION_RAY, "RayCluster", namespace)]
         wait_for(lambda: first in fleet.released() or None, timeout=300,
                  what="the wait released by the watch")
+        # the watch's thread marks the run released and only then calls on_release (which
+        # reads the RayCluster first): wait for its record too
+        wait_for(lambda: released or None, timeout=60, what="the release callback")
         with lock:
             assert released == [True]
 
