@@ -26,8 +26,9 @@ from gitray.engine.fleet import Fleet, Flight, dispatchable
 from gitray.engine.record import Record, RunState
 from gitray.git.source import WORKTREE
 from gitray.plans.plan import Plan, WorkloadPlan
+from gitray.plans.steptypes import StepType
 
-__all__ = ["Dispatcher", "newer_than_run"]
+__all__ = ["RESUMED", "Dispatcher", "newer_than_run", "run_trigger"]
 
 log = logging.getLogger("gitray.sync")
 
@@ -49,6 +50,28 @@ def newer_than_run(plan: Plan, fallback: SupersedeCheck) -> SupersedeCheck:
                     f"{key.kind} {key.namespace}/{key.name}")
         return fallback(key, planned_for)
     return check
+
+
+# The trigger a run resumed from its record is reported under when the pass that resumes it
+# gives no verdict (``drift``, ``deletions``): it ends in ``converged``, counted as no healing.
+RESUMED = "resume"
+
+
+def run_trigger(trigger: str, record: Record | None) -> str:
+    """The trigger a run dispatched by a ``trigger`` pass is reported under (its notices,
+    metrics and verdict). Pure.
+
+    A run resumed from its ``record`` (a new leader; the Lease lost mid-run and taken back by
+    the same process, whose next pass is a ``drift`` pass as the commit was attempted already)
+    is the run of the record's commit, not drift the pass found: under a drift or deletions
+    pass it is ``RESUMED`` and ends in ``converged``. One whose steps only delete old clusters
+    (a deletions pass's run, resumed) stays housekeeping: ``deletions``. A verdict pass's
+    trigger stands (the verdict of an older commit's resumed run depends on it)."""
+    if record is None or trigger in VERDICT_TRIGGERS:
+        return trigger
+    if record.plan.steps and all(s.type is StepType.DELETE_CLUSTER for s in record.plan.steps):
+        return "deletions"
+    return RESUMED
 
 
 def _commit_of(record: Record | None, sha: str) -> str:
@@ -108,8 +131,9 @@ class Dispatcher:
             executor = executors[at, shard]
             return lambda: executor.run_workload(wp, plan.revision, resume.get(wp.key))
 
-        for wp in ready:
-            self.fleet.dispatch(wp, commit[wp.key], trigger, run(wp, commit[wp.key]))
+        for wp in ready:  # (a released parked run keeps its own flight's trigger)
+            self.fleet.dispatch(wp, commit[wp.key], run_trigger(trigger, resume.get(wp.key)),
+                                run(wp, commit[wp.key]))
         mine = [w.key for w in fresh if commit[w.key] == sha]
         if trigger in VERDICT_TRIGGERS and mine:
             self.verdicts.dispatched(sha, mine, left=bool(waiting))

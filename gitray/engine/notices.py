@@ -102,7 +102,8 @@ def outcome_notices(revision: str, trigger: str,
                     outcomes: Iterable[WorkloadOutcome]) -> list[Notice]:
     """The end of each workload's run in a pass: converged (or, on a drift pass, drift healed;
     nothing for a pass that only deleted an old cluster on schedule, ``deletions``), failed
-    with its reason, rolled back."""
+    with its reason, rolled back. A run resumed from its record under a drift pass comes with
+    the trigger ``resume`` (``gitray.daemon.dispatch.run_trigger``): converged."""
     out: list[Notice] = []
     for o in outcomes:
         if o.outcome is Outcome.SUCCEEDED and o.steps_total:
