@@ -65,11 +65,12 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start `args` in a new session with stdout+stderr appended to `log`; with `niceness`,
     under coreutils' ``nice`` (which execs it: the PID is the program's, and every thread it
-    starts inherits the priority)."""
+    starts inherits the priority), and its session's scheduling group at the same niceness
+    (``set_group_niceness``)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = ["nice", "-n", str(niceness), *args] if niceness else list(args)
     with log.open("ab") as fh:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=fh,
@@ -78,6 +79,36 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
         )
+    if niceness:
+        set_group_niceness(proc.pid, niceness)
+    return proc
+
+
+def set_group_niceness(pid: int, niceness: int) -> bool:
+    """Give the scheduling group of `pid`'s session (Linux autogroup) `niceness`; False when
+    the kernel has no such groups or refuses (a negative value needs root).
+
+    With ``/proc/sys/kernel/sched_autogroup_enabled`` = 1 the kernel shares the CPU between
+    sessions first, each session's group with the same weight whatever its threads'
+    niceness; a thread's niceness then ranks it only within its own session. Every process
+    here starts a session of its own, so a niceness alone does nothing against the other
+    sessions (the Ray pods are in the kubelet's cgroups, outside these groups). Writing the
+    niceness to ``/proc/PID/autogroup`` sets the group's weight (niceness -10: 9,548 against
+    1,024 for 0)."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")
+    except OSError:
+        return False
+    return True
+
+
+def group_niceness(pid: int) -> int | None:
+    """The niceness of `pid`'s scheduling group (``/autogroup-123 nice -10``); None when the
+    kernel has no such groups."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def stop_session(pid: int, started: int | None, grace: float = 10.0) -> None:

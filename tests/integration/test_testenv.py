@@ -109,12 +109,16 @@ def test_the_control_plane_is_served_first_when_the_cpu_is_short(kwokenv: TestEn
     starts (as root, which the environment needs for its real node), every thread included."""
     components = kwokenv.state.components
     expected = control.CONTROL_PLANE_NICENESS if os.geteuid() == 0 else 0
+    # and with the kernel's scheduling by session (autogroup), their sessions' groups too
+    groups = Path("/proc/sys/kernel/sched_autogroup_enabled").exists()
     for name in ("etcd", "kube-apiserver"):
         pid = int(components[name]["pid"])
         threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
         assert len(threads) > 1 and {_niceness(pid, t) for t in threads} == {expected}, name
+        assert procs.group_niceness(pid) == (expected if groups else None), name
     for name in ("kube-controller-manager", "kuberay-operator", "kwok"):
         assert _niceness(int(components[name]["pid"])) == 0, name
+        assert procs.group_niceness(int(components[name]["pid"])) == (0 if groups else None)
 
 
 def test_down_leaves_no_process_and_no_port(kwokenv: TestEnv) -> None:
