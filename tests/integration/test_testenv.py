@@ -75,7 +75,10 @@ def test_deleting_raycluster_removes_pods_and_ray(kwokenv: TestEnv, kwok_namespa
     wait_for(lambda: not kwokenv.cluster_pods(kwok_namespace, "gone"), 240,
              what="pods garbage-collected")
     wait_for(lambda: not kwokenv.ray_head_alive(head), 240, what="Ray head processes gone")
-    assert kwokenv.ray_head_for(pod) is None
+    # the runner removes its record after the processes ended and their temp dir is removed:
+    # a clean-clone run (the machine 95 % busy) read it in between
+    wait_for(lambda: kwokenv.ray_head_for(pod) is None or None, 60,
+             what="the runner's record of the Ray head removed")
     listening = procs.listening_sockets()
     assert not [s for s in listening if s[0] == pod.status.pod_ip], listening
 
