@@ -84,9 +84,9 @@ def spawn(
     return proc
 
 
-def set_group_niceness(pid: int, niceness: int) -> bool:
-    """Give the scheduling group of `pid`'s session (Linux autogroup) `niceness`; False when
-    the kernel has no such groups or refuses (a negative value needs root).
+def set_group_niceness(pid: int, niceness: int) -> None:
+    """Give the scheduling group of `pid`'s session (Linux autogroup) `niceness`; nothing
+    when the kernel has no such groups or refuses (a negative value needs root).
 
     With ``/proc/sys/kernel/sched_autogroup_enabled`` = 1 the kernel shares the CPU between
     sessions first, each session's group with the same weight whatever its threads'
@@ -95,11 +95,8 @@ def set_group_niceness(pid: int, niceness: int) -> bool:
     sessions (the Ray pods are in the kubelet's cgroups, outside these groups). Writing the
     niceness to ``/proc/PID/autogroup`` sets the group's weight (niceness -10: 9,548 against
     1,024 for 0)."""
-    try:
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")
-    except OSError:
-        return False
-    return True
 
 
 def group_niceness(pid: int) -> int | None:
