@@ -260,12 +260,21 @@ def incluster(testenv: TestEnv) -> Iterator[InCluster]:
             drop_namespace(testenv, unbound)
 
             def ray_pods_gone() -> bool | None:
+                # a replica still stopping (its namespace goes with --wait=false) may have
+                # created a RayCluster after the delete above, and KubeRay makes the pods of
+                # one again (the CI run of 30edeed: pods still there after 240 s)
+                clusters = testenv.custom.list_namespaced_custom_object(
+                    "ray.io", "v1", WORKLOADS, "rayclusters",
+                    label_selector="gitray.io/instance=gitray")["items"]
+                for c in clusters:
+                    testenv.custom.delete_namespaced_custom_object(
+                        "ray.io", "v1", WORKLOADS, "rayclusters", c["metadata"]["name"])
                 pods = testenv.core.list_namespaced_pod(
                     WORKLOADS, label_selector="ray.io/cluster").items
                 for p in pods:  # the test is over: no 30 s Ray grace period
                     testenv.core.delete_namespaced_pod(p.metadata.name, WORKLOADS,
                                                        grace_period_seconds=0)
-                return not pods or None
+                return (not pods and not clusters) or None
             wait_for(ray_pods_gone, timeout=240, interval=2, what="the RayService's pods gone")
             wait_namespace_gone(testenv, NS)
         finally:
