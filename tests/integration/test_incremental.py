@@ -51,7 +51,7 @@ def _apply_under_load(testenv: TestEnv, ns: str, repo: GitOpsRepo, gitray: Gitra
     """``gitray apply --yes`` of the repository's HEAD with 20 requests/s through the
     Gateway and the route's weights recorded, until a few seconds after it ended."""
     with RouteObserver(testenv.custom, ns, ROUTE) as log, \
-            LoadGenerator(url, rate=20, count=20 * 900, timeout=3) as load:
+            LoadGenerator(url, rate=20, count=20 * 900, timeout=10) as load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
         time.sleep(SETTLE_S + 6)
         load.stop()
@@ -221,8 +221,8 @@ def test_pause_promote_and_abort_through_the_daemon(
         assert wait_for(lambda: _answer(other_url), 120,
                         what=f"{OTHER} v1 through its serve Service") == f"{OTHER} v1"
         with RouteObserver(testenv.custom, ns, ROUTE) as log, \
-                LoadGenerator(url, rate=10, count=10 * 1200, timeout=3) as load, \
-                LoadGenerator(other_url, rate=5, count=5 * 1200, timeout=5) as other_load:
+                LoadGenerator(url, rate=10, count=10 * 1200, timeout=10) as load, \
+                LoadGenerator(other_url, rate=5, count=5 * 1200, timeout=10) as other_load:
             _push(repo, "v2, paused at 50 %", {"svc.yaml": rs(2, 50)})
             wait_for(lambda: _paused_at(log, 50), 600, what="the pause at 50 %")
             paused_since = log.changes[-1][0]

@@ -213,7 +213,7 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
         page = f"http://127.0.0.1:{sync.port}/status"
         shots, doms = screenshots_dir(tmp_path), []
         share = f'kind="RayService",name="{SVC}",namespace="{ns}"'
-        with LoadGenerator(url, rate=10, count=10 * 900, timeout=3) as load:
+        with LoadGenerator(url, rate=10, count=10 * 900, timeout=10) as load:
             second = _push(repo, "v2", {"svc.yaml": rs(2)})
             # the status page in a real browser at three moments of the upgrade
             for n, percent in enumerate((25, 50)):
@@ -285,7 +285,7 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
 
         # v3 fails every request: its analysis fails twice, it is rolled back, the run fails;
         # GitrayRunFailed fires in Prometheus, and the receiver hears it all in order
-        with LoadGenerator(url, rate=10, count=10 * 900, timeout=3) as load:
+        with LoadGenerator(url, rate=10, count=10 * 900, timeout=10) as load:
             third = _push(repo, "v3 fails", {"svc.yaml": rs(3, fail_every=1)})
             wait_for(lambda: sync.metric("gitray_workload_state",
                                          f'kind="RayService",name="{SVC}",namespace="{ns}",'

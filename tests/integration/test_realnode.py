@@ -229,7 +229,7 @@ def test_no_request_lost_while_gitray_apply_changes_serve_upgrades_and_rolls_bac
     results: dict[str, LoadResult] = {}
 
     def phase(name: str, change: Callable[[], None]) -> None:
-        load = LoadGenerator(url, rate=10, count=3000, timeout=3).start()
+        load = LoadGenerator(url, rate=10, count=3000, timeout=10).start()
         try:
             change()
             time.sleep(3)  # a few more requests once the change is done
