@@ -156,7 +156,7 @@ def test_a_version_degrading_after_the_switch_is_switched_back_real_traffic_coun
                 {"svc.yaml": _rayservice(namespace, 2, AFTER, fail_every=25)})
     serve_ip = cluster.cluster_ip(SERVE_SVC)
     # real traffic through the serve Service (kube-proxy), bounded: 3/s, at most 10 min
-    load = LoadGenerator(f"http://{serve_ip}:8000/hello", rate=3, count=1800, timeout=5)
+    load = LoadGenerator(f"http://{serve_ip}:8000/hello", rate=3, count=1800, timeout=10)
     with SelectorLog(cluster) as log, load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes", timeout=900)
         green = next((c for _, c in log.serve if c != blue), "")

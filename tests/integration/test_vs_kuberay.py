@@ -70,7 +70,7 @@ def test_a_pending_cluster_that_never_becomes_ready_is_given_up_and_removed(
     repo.commit("the head asks for more CPUs than the node has", {
         "gitray.yaml": isolated(gitray_config("10s", ns, ready_timeout="20s"), ns),
         "svc.yaml": dump(_rayservice(ns, workers=1, head_cpu="64"))})
-    with LoadGenerator(url, rate=5, count=1000, timeout=3) as load:
+    with LoadGenerator(url, rate=5, count=1000, timeout=10) as load:
         result = gitray.run("apply", "--repo", str(repo.path), "--yes")
         wait_for(lambda: ray_clusters(testenv, ns) == [blue] or None, 120,
                  what="the pending cluster deleted")
@@ -113,7 +113,7 @@ def test_a_revert_pushed_mid_upgrade_ends_on_the_original_cluster_without_a_thir
         (blue,) = ray_clusters(testenv, ns)
         url = _url(testenv, ns)
         with ClusterWatch(testenv, ns) as watch, \
-                LoadGenerator(url, rate=5, count=3000, timeout=3) as load:
+                LoadGenerator(url, rate=5, count=3000, timeout=10) as load:
             push("new image", {"svc.yaml": dump(_rayservice(
                 ns, image="localhost/gitray-ray:2.60.0"))})
             wait_for(lambda: len(ray_clusters(testenv, ns)) == 2 or None, 120,
