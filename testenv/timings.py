@@ -13,7 +13,10 @@
                   pytest in phases); with pytest-xdist, by the controller, which receives
                   every worker's reports; and each module's span: the lane (xdist worker)
                   that ran it, its first test's start and its last test's end, from which
-                  the summary says when each lane ended and when the longest modules ran.
+                  the summary says when each lane ended and when the longest modules ran;
+                  and each failed test's one-line reason (where, and the exception's first
+                  line), listed again at the end of the summary: a CI log cut in the middle
+                  (as CI shows a long one) keeps its end.
 
 ``python3 -m testenv.timings DIR TOTAL_SECONDS`` prints the summary; its last line is the
 plain ``pytest: N passed, N failed[, N skipped]`` line when pytest ran. Nothing here asserts a
@@ -55,6 +58,8 @@ def note_build(component: str, seconds: float | None) -> None:
 
 _MODULES: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 _SPANS: dict[str, list[Any]] = {}  # module -> [lane, first start, last stop] (epoch seconds)
+_FAILED: list[str] = []  # one line per failed report: "<node id> (<phase>): <where>: <why>"
+REASON_CHARS = 300  # of a failure's first line
 _STARTED = time.monotonic()
 
 
@@ -76,6 +81,34 @@ def pytest_runtest_logreport(report: Any) -> None:
         row[outcome] += 1
     elif report.when == "teardown" and report.failed:
         row["failed"] += 1  # an error in teardown fails the run too
+    if report.failed:
+        _FAILED.append(failure_line(report))
+
+
+def failure_line(report: Any) -> str:
+    """``<node id> (<phase>): <line in the test's module>: <the exception's first line>``:
+    the line is the deepest frame in the test's own module (where a test called the wait
+    that timed out), else where the exception was raised; the phase is said unless it was
+    the test's call."""
+    longrepr = getattr(report, "longrepr", None)
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        lines = str(crash.message).strip().splitlines()
+        where = f"{Path(str(crash.path)).name}:{crash.lineno}: "
+        module = str(report.nodeid).split("::", 1)[0]
+        entries = getattr(getattr(longrepr, "reprtraceback", None), "reprentries", None) or []
+        for entry in reversed(entries):
+            loc = getattr(entry, "reprfileloc", None)
+            if loc is not None and str(loc.path).endswith(module):
+                where = f"{Path(module).name}:{loc.lineno}: "
+                break
+    else:
+        where, lines = "", str(longrepr or "").strip().splitlines()[-1:]
+    why = lines[0] if lines else "(no message)"
+    if len(why) > REASON_CHARS:
+        why = why[:REASON_CHARS] + " ..."
+    phase = "" if report.when == "call" else f" (error in {report.when})"
+    return f"{report.nodeid}{phase}: {where}{why}"
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
@@ -86,7 +119,8 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
             "modules": {m: {k: round(v, 1) for k, v in row.items()}
                         for m, row in sorted(_MODULES.items())},
             "spans": {m: [lane, round(a, 1), round(b, 1)]
-                      for m, (lane, a, b) in sorted(_SPANS.items())}}
+                      for m, (lane, a, b) in sorted(_SPANS.items())},
+            "failures": list(_FAILED)}
     (where / f"pytest-{os.getpid()}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -123,8 +157,9 @@ def lanes(spans: dict[str, list[Any]]) -> list[str]:
 
 
 def summary(where: Path, total: float) -> list[str]:
-    """Slowest modules first, then the phases (and build components), the total and the
-    ``pytest:`` line: the end of a CI log (often all that is shown) carries the figures."""
+    """Slowest modules first, then the phases (and build components), the failed tests'
+    one-line reasons, the total and the ``pytest:`` line: the end of a CI log (often all that
+    is shown) carries the figures and what failed."""
     out = ["", "==> timing summary (seconds)"]
     counts: dict[str, int] = defaultdict(int)
     runs = [json.loads(run.read_text()) for run in sorted(where.glob("pytest-*.json"))]
@@ -159,6 +194,10 @@ def summary(where: Path, total: float) -> list[str]:
             for component, took in _rows(where / "build.tsv"):
                 shown = "cached" if took == "cached" else f"{float(took):.0f}"
                 out.append(f"  {component:<42} {shown:>8}")
+    failures = [line for run in runs for line in run.get("failures") or []]
+    if failures:
+        out.append(f"failed ({len(failures)}; each test's output is above)")
+        out += [f"  {line}" for line in failures]
     out.append(f"{'total':<44} {total:>8.0f}  ({total / 60:.1f} min)")
     if runs:
         line = f"pytest: {counts['passed']} passed, {counts['failed']} failed"

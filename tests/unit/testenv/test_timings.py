@@ -4,6 +4,9 @@ outcomes from pytest's reports, build components, and the plain closing line tha
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +40,8 @@ def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
     monkeypatch.setenv(timings.ENV_VAR, str(tmp_path))
     fresh = type(timings._MODULES)(timings._MODULES.default_factory)
     monkeypatch.setattr(timings, "_MODULES", fresh)
+    # (this plugin runs in scripts/test's own pytest too: its lists are not this test's)
+    monkeypatch.setattr(timings, "_FAILED", [])
     reports = [
         # a passing test whose setup started the environment (40 s)
         Report("tests/integration/test_a.py::t1", "setup", "passed", 40.0),
@@ -68,6 +73,7 @@ def test_modules_outcomes_and_the_closing_line(tmp_path: Path,
     slowest = [line for line in lines if line.startswith("  tests/")]
     assert slowest[0].split()[0] == "tests/integration/test_a.py"
     assert lines[-1] == "pytest: 1 passed, 2 failed, 1 skipped"
+    assert "failed (2; each test's output is above)" in lines
 
 
 def test_the_slowest_modules_are_listed_and_the_rest_summed_before_the_phases(
@@ -101,6 +107,7 @@ def test_each_lane_s_end_and_the_longest_modules_spans(tmp_path: Path,
     monkeypatch.setattr(timings, "_MODULES", type(timings._MODULES)(
         timings._MODULES.default_factory))
     monkeypatch.setattr(timings, "_SPANS", {})
+    monkeypatch.setattr(timings, "_FAILED", [])
     t0 = 1_800_000_000.0
     for nodeid, start, stop, lane in [
             ("tests/unit/test_short.py::a", t0, t0 + 10, "gw0"),
@@ -120,3 +127,84 @@ def test_each_lane_s_end_and_the_longest_modules_spans(tmp_path: Path,
               and "gw0" in line]
     assert long.split()[-2:] == ["gw0", "100-900"]
     assert timings.lanes({"tests/unit/test_a.py": ["main", t0, t0 + 5]}) == []
+
+
+FAILING = {
+    "helper.py": ("def wait(what):\n"
+                  "    raise TimeoutError(f'timed out after 5s waiting for {what}')\n"),
+    "test_fails.py": """import pytest
+from helper import wait
+
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError('the namespace stayed')
+
+
+def test_ok():
+    pass
+
+
+def test_assert():
+    assert 1 + 1 == 3, 'sent 10, failed 1 (timeout 1)\\nsecond line'
+
+
+def test_waits():
+    x = 1
+    wait('the pods gone')
+
+
+def test_teardown(broken_teardown):
+    pass
+""",
+}
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_each_failure_s_one_line_reason_closes_the_summary(tmp_path: Path,
+                                                           workers: list[str]) -> None:
+    """A real pytest run with the plugin (and pytest-xdist, whose controller gets the
+    workers' reports): each failed test, its line in its own module and the first line of
+    why, listed at the end of the summary, where a CI log cut in the middle keeps them."""
+    for name, text in FAILING.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    out = tmp_path / "timings"
+    out.mkdir()
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{tmp_path}",
+           timings.ENV_VAR: str(out)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "testenv.timings", *workers, "test_fails.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = timings.summary(out, 10)
+    at = lines.index("failed (3; each test's output is above)")
+    assert sorted(lines[at + 1:at + 4]) == [
+        "  test_fails.py::test_assert: test_fails.py:16: AssertionError: sent 10, failed 1 "
+        "(timeout 1)",
+        "  test_fails.py::test_teardown (error in teardown): test_fails.py:8: RuntimeError: "
+        "the namespace stayed",
+        "  test_fails.py::test_waits: test_fails.py:21: TimeoutError: timed out after 5s "
+        "waiting for the pods gone",
+    ], lines
+    assert lines[-2].startswith("total") and lines[-1] == "pytest: 2 passed, 3 failed"
+
+
+def test_a_long_reason_is_cut() -> None:
+    @dataclass
+    class Crash:
+        path: str
+        lineno: int
+        message: str
+
+    @dataclass
+    class Longrepr:
+        reprcrash: Crash
+
+    report = Report("tests/unit/test_x.py::t", "call", "failed", 1.0)
+    report.longrepr = Longrepr(Crash("/r/tests/unit/test_x.py", 7, "x" * 1000))  # type: ignore[attr-defined]
+    line = timings.failure_line(report)
+    assert line == "tests/unit/test_x.py::t: test_x.py:7: " + "x" * timings.REASON_CHARS + " ..."
