@@ -477,5 +477,7 @@ def test_apiserver_restart_mid_wait(own_env: tuple[TestEnv, Path], tmp_path: Pat
             print("daemon during the outage:\n  " + "\n  ".join(problems[:12]))
             assert problems, "the daemon logged nothing about the outage"
     finally:
+        # shown with a failure (pytest prints a failed test's output): what the daemon did
+        print("daemon's log, last lines:\n" + replica.log.read_text(errors="replace")[-4000:])
         replica.terminate()
         drop_namespace(env, ns)
