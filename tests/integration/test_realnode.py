@@ -157,8 +157,10 @@ def test_raycluster_runs_in_real_pods_behind_real_services(testenv: TestEnv,
              what="head and worker ALIVE in Ray")
 
     # a Serve app deployed through the dashboard's REST API, answered through a ClusterIP
+    # (the PUT returns once Serve's controller has the config: 60 s, as gitray gives it; a
+    # clean-clone run of 8067722 timed out at 10 s, the machine fully busy)
     status, body = http_json("PUT", f"{dashboard}/api/serve/applications/",
-                             {"applications": [HELLO_APP]})
+                             {"applications": [HELLO_APP]}, timeout=60)
     assert status == 200, (status, body)
     testenv.wait_serve_running(dashboard, "hello", timeout=180)
     assert get_text(f"http://{head.status.pod_ip}:8000/hello") == GREETING

@@ -31,7 +31,9 @@ def _deploy_hello(testenv: TestEnv, pod: object, greeting: str | None = None) ->
     app = dict(HELLO)
     if greeting is not None:
         app |= {"import_path": "hello:build", "args": {"greeting": greeting}}
-    status, body = http_json("PUT", f"{url}/api/serve/applications/", {"applications": [app]})
+    # 60 s, as gitray gives the PUT (it returns once Serve's controller has the config)
+    status, body = http_json("PUT", f"{url}/api/serve/applications/", {"applications": [app]},
+                             timeout=60)
     assert status == 200, (status, body)
     testenv.wait_serve_running(url, "hello")
     ip = pod.status.pod_ip  # type: ignore[attr-defined]
