@@ -57,8 +57,14 @@ def wait_for(check: Callable[[], T | None], timeout: float = 60.0, interval: flo
         time.sleep(interval)
 
 
+# A request to a Ray head or a pod of the environment waits this long for its answer by
+# default: a bound on a hang, not a speed (bench/ measures those). On a fully busy 2-core
+# machine a head's dashboard took over 10 s to answer a Serve PUT (clean-clone run of 8067722).
+ANSWER_TIMEOUT_S = 30.0
+
+
 def http_json(method: str, url: str, body: object | None = None,
-              timeout: float = 10.0) -> tuple[int, Any]:
+              timeout: float = ANSWER_TIMEOUT_S) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
@@ -78,7 +84,7 @@ def http_json(method: str, url: str, body: object | None = None,
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def get_text(url: str, timeout: float = 10.0) -> str:
+def get_text(url: str, timeout: float = ANSWER_TIMEOUT_S) -> str:
     """GET `url` (the environment's own addresses: never through a proxy); the body as text.
     Raises on a non-2xx answer."""
     with _NO_PROXY.open(url, timeout=timeout) as resp:
