@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testenv import control, kuberay, procs
+from testenv.raypods import HEAD_WAIT
 
 T = TypeVar("T")
 
@@ -274,8 +275,9 @@ class TestEnv:
         """The runner's record of the Ray head for this pod (matched by pod UID), if any."""
         return next((h for h in self.ray_heads() if h["uid"] == pod.metadata.uid), None)
 
-    def wait_ray_head(self, pod: Any, timeout: float = 300) -> dict[str, Any]:
-        """Wait until the runner reports the pod's Ray head (and Serve) started; its record."""
+    def wait_ray_head(self, pod: Any, timeout: float = HEAD_WAIT) -> dict[str, Any]:
+        """Wait until the runner reports the pod's Ray head (and Serve) started; its record.
+        By default as long as a failed start and the runner's retry may take."""
         def ready() -> dict[str, Any] | None:
             head = self.ray_head_for(pod)
             return head if head and head.get("ready") else None
@@ -291,7 +293,7 @@ class TestEnv:
     def dashboard_url(pod: Any, port: int = 8265) -> str:
         return f"http://{pod.status.pod_ip}:{port}"
 
-    def wait_dashboard(self, pod: Any, timeout: float = 300) -> str:
+    def wait_dashboard(self, pod: Any, timeout: float = HEAD_WAIT) -> str:
         """Wait until the pod's own Ray head answers the Serve REST API on the pod IP; its URL."""
         self.wait_ray_head(pod, timeout)
         url = self.dashboard_url(pod)

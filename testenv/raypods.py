@@ -53,7 +53,13 @@ PORT_BASE, BLOCK_SIZE, BLOCKS = 20000, 100, 100
 TEMP_ROOT = Path("/tmp/gitray-ray")
 RETRY_AFTER = 20.0
 STOP_GRACE = 3.0
-HEAD_START_TIMEOUT = 180.0
+HEAD_START_TIMEOUT = 180.0  # for the head's dashboard to answer
+SERVE_START_TIMEOUT = 120.0  # then for serve.start
+# How long a test may wait for a head: one start that fails at its deadlines and the retry
+# after it. A start can fail on a busy machine (Ray gives a raylet a fixed 30 s to register
+# with the GCS); the clean-clone run of e828276 waited 300 s for a head in vain (why is not
+# known: the runner's log went with its environment)
+HEAD_WAIT = 2 * (HEAD_START_TIMEOUT + SERVE_START_TIMEOUT) + RETRY_AFTER
 
 SERVE_START = """
 import sys, ray
@@ -204,7 +210,8 @@ class Runner:
                 time.sleep(0.5)
             serve = subprocess.run(
                 [sys.executable, "-c", SERVE_START, ip, str(ports["gcs"]), str(ports["serve"])],
-                env=env, capture_output=True, text=True, timeout=120, check=False,
+                env=env, capture_output=True, text=True, timeout=SERVE_START_TIMEOUT,
+                check=False,
             )
             with logfile.open("a") as fh:
                 fh.write(serve.stdout + serve.stderr)
