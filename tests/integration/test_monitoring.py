@@ -37,7 +37,7 @@ from testenv.manifests import dump, gitray_config
 from testenv.procs import free_port
 from testenv.rayservices import incremental_rayservice
 from tests.integration.chaos import Replica, isolated, start_replica
-from tests.integration.gitops import GitOpsRepo
+from tests.integration.gitops import GitOpsRepo, Gitray, output
 
 pytestmark = pytest.mark.gateway
 
@@ -192,13 +192,15 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
     ns = namespace
     bare, repo = remote
     url = f"{gateway['web']}/hello"
+    gitray = Gitray(testenv.kubeconfig, ns)
     config = isolated(gitray_config("10s", ns, notifications={"receivers": [
         {"name": "test", "url": receiver.url}]}), ns)
 
-    def rs(version: int, fail_every: int = 0) -> str:
+    def rs(version: int, fail_every: int = 0,
+           pauses: list[dict[str, Any]] | None = None) -> str:
         return dump(incremental_rayservice(ns, version, name=SVC, gateway_class=GATEWAY_CLASS,
                                            interval=10, metrics=gateway["metrics"],
-                                           fail_every=fail_every))
+                                           fail_every=fail_every, pauses=pauses))
 
     first = _push(repo, "v1", {"gitray.yaml": config, "svc.yaml": rs(1)})
     sync: Replica = start_replica(testenv.kubeconfig, ns, bare, tmp_path, "daemon")
@@ -214,7 +216,11 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
         shots, doms = screenshots_dir(tmp_path), []
         share = f'kind="RayService",name="{SVC}",namespace="{ns}"'
         with LoadGenerator(url, rate=10, count=10 * 900, timeout=10) as load:
-            second = _push(repo, "v2", {"svc.yaml": rs(2)})
+            # paused at 25 and 50 % until promoted: the browser's moments are held as long as
+            # it takes (two Chromium runs outlasted the 50 % step, about 27 s, in a clean-clone
+            # run of e828276, the machine fully busy, and the test waited for it in vain)
+            second = _push(repo, "v2", {"svc.yaml": rs(2, pauses=[{"atPercent": 25},
+                                                                 {"atPercent": 50}])})
             # the status page in a real browser at three moments of the upgrade
             for n, percent in enumerate((25, 50)):
                 wait_for(lambda p=percent: sync.metric("gitray_workload_traffic_percent",
@@ -222,6 +228,9 @@ def test_prometheus_scrapes_an_upgrade_and_every_query_and_alert_evaluates(
                          what=f"traffic at {percent} %")
                 chromium(tmp_path, f"--screenshot={shots / f'{n + 1}-at-{percent}.png'}", page)
                 doms.append(chromium(tmp_path, "--dump-dom", page))
+                # (the pause running now, or the next one ahead while the step's analysis runs)
+                promoted = gitray.run("promote", f"{ns}/{SVC}")
+                assert promoted.returncode == 0, output(promoted)
             wait_for(lambda: sync.metric("gitray_last_synced_revision_info",
                                          f'revision="{second}"') == 1 or None, timeout=900,
                      what="v2 synced")
